@@ -1,0 +1,37 @@
+"""Exceptions that carry their own exit code and a one-line message.
+
+`UserInputError` is anything the user can fix by editing a file or a flag: the CLI prints it
+on one line and exits 2 without touching the storage. `KnobUnavailable` and `TrialRejected`
+are verdicts about a trial: they are recorded on the trial, never printed as warnings.
+"""
+
+
+class HpoError(Exception):
+    """Base class for hpo's own errors."""
+
+
+class UserInputError(HpoError):
+    """Bad input the user can fix: a file, a key, a flag, a storage URL."""
+
+    exit_code = 2
+
+
+class KnobUnavailable(HpoError):
+    """A systems knob cannot run on this hardware or software stack (an `incompatible` verdict)."""
+
+
+class TrialRejected(HpoError):
+    """A trial stopped abnormally; `verdict` is the recorded reason (`diverged: ...`, `oom: ...`)."""
+
+    def __init__(self, verdict: str, observed: dict | None = None):
+        super().__init__(verdict)
+        self.verdict = verdict
+        self.observed = observed or {}
+
+
+class PrunedByPruner(HpoError):
+    """The study's pruner stopped the trial at `step`; not a failure of the knobs."""
+
+    def __init__(self, step: int):
+        super().__init__(f"pruned at step {step}")
+        self.step = step

