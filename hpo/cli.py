@@ -34,11 +34,16 @@ def cmd_run(args) -> int:
     from hpo.space.loader import load_space
 
     space = load_space(args.space)
+    if args.workers is not None and args.workers < 1:
+        raise UserInputError(f"--workers must be >= 1, got {args.workers}")
     name = args.study or space.study.name
     url = _storage(args, name)
     study = create_or_resume(space, url, name, n_trials=args.n_trials)
     print(f"study {name!r} in {mask_password(url)}", file=sys.stderr)
-    run_workers(study, url, workers=args.workers, timeout=args.timeout, isolate=not args.in_process)
+    timeout = args.timeout if args.timeout is not None else space.study.timeout
+    failed = run_workers(study, url, workers=args.workers, timeout=timeout, isolate=not args.in_process)
+    if failed:
+        return 1
     try:
         best = best_trials(study)
     except UserInputError as exc:
@@ -202,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserInputError as exc:
-        print(f"hpo {args.command}: error: {mask_password(str(exc))}", file=sys.stderr)
+        one_line = " ".join(str(exc).split())  # the contract is one line, whatever the message held
+        print(f"hpo {args.command}: error: {mask_password(one_line)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("hpo: interrupted", file=sys.stderr)

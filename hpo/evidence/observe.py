@@ -30,7 +30,8 @@ ATTENTION_KERNEL_OPS = (
 
 @dataclass
 class StepEvidence:
-    matmul_dtypes: Counter = field(default_factory=Counter)
+    matmul_dtypes: Counter = field(default_factory=Counter)  # linear/conv layers
+    attention_dtypes: Counter = field(default_factory=Counter)  # attention's own matmuls
     profiler_ops: set[str] = field(default_factory=set)
     optimizer_ops: set[str] = field(default_factory=set)  # ops inside Optimizer.step only
     recompute_in_step: int = 0
@@ -42,6 +43,7 @@ class StepEvidence:
 def observed_knobs(ev: StepEvidence) -> dict:
     return {
         "precision": _precision(ev.graphs.matmul_dtypes if ev.graphs.graphs else ev.matmul_dtypes),
+        "attention_dtype": _precision(ev.attention_dtypes),
         "attention": _attention(ev.profiler_ops, ev.graphs),
         "optimizer": _optimizer(ev.optimizer_ops, ev.optimizer_module),
         "grad_checkpointing": ev.recompute_in_step > 0 or ev.graphs.checkpoint_regions > 0,

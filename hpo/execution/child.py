@@ -1,6 +1,10 @@
-"""One trial in a fresh child process. The child opens its own storage connection, runs one
-Optuna trial (with heartbeats), reports back only through the storage, and tells its parent the
-trial id first so that a crash can be pinned on the right trial."""
+"""One trial in a fresh child process, and what every trial does around the objective whether it
+runs in a child or in its worker.
+
+The child opens its own storage connection, runs one Optuna trial (with heartbeats), reports back
+only through the storage, and tells its parent the trial id first so that a crash can be pinned on
+the right trial.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +12,73 @@ import ctypes
 import multiprocessing.connection
 import os
 import signal
+from collections.abc import Callable
+
+import optuna
 
 from hpo.execution.budget import tickets_of
 from hpo.execution.objective import Objective
-from hpo.execution.study import open_hpo_study
+from hpo.execution.study import build_sampler, open_hpo_study
 from hpo.progress import TrialPrinter
+from hpo.space.loader import SearchSpace
 from hpo.storage.open import open_storage
+from hpo.storage.retry import UNFINISHED
+from hpo.storage.urls import mask_password
 
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Linux: the kernel kills this process if its parent dies, so no orphan keeps training."""
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Linux: the kernel sends `sig` to this process when its parent dies, so no orphan keeps
+    training. A forkserver child's parent is the forkserver, which exits when its worker dies."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         pass  # not Linux: orphans finish their trial and report it, which is still correct
 
 
-def run_one_trial(storage_url: str, study_name: str, conn: multiprocessing.connection.Connection) -> None:
+def sampler_for_ticket(space: SearchSpace, serial: int) -> optuna.samplers.BaseSampler:
+    """The space's sampler, seeded per ticket. One seed for every trial process would draw the
+    same "random" parameters in each of them; seed + serial stays reproducible for one worker."""
+    spec = space.study.sampler
+    return build_sampler(spec if spec.seed is None else spec.model_copy(update={"seed": spec.seed + serial}))
+
+
+class GuardedObjective:
+    """Binds the trial to its ticket, names the worker, and leaves a verdict that says what
+    happened if the trial never reaches its own: `crashed: ...` if the process dies, `error: ...`
+    if the objective raises (Optuna then records FAIL)."""
+
+    def __init__(self, objective: Objective, on_start: Callable[[optuna.Trial], None], worker: str):
+        self.objective, self.on_start, self.worker = objective, on_start, worker
+
+    def __call__(self, trial: optuna.Trial):
+        self.on_start(trial)  # first: until the ticket is bound, a kill here costs one extra trial
+        trial.set_user_attr("verdict", UNFINISHED)
+        trial.set_user_attr("worker", self.worker)
+        try:
+            return self.objective(trial)
+        except optuna.TrialPruned:
+            raise
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0][:300]
+            trial.set_user_attr("verdict", mask_password(f"error: {type(exc).__name__}: {first}".rstrip(": ")))
+            raise
+
+
+def run_one_trial(storage_url: str, study_name: str, serial: int, worker: str,
+                  conn: multiprocessing.connection.Connection) -> None:
     die_with_parent()
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # hpo prints its own line per trial
     study, space = open_hpo_study(open_storage(storage_url), study_name)
-    objective = Objective(space, on_start=lambda trial: conn.send(trial._trial_id))
-    study.optimize(objective, n_trials=1, callbacks=[TrialPrinter(tickets_of(study).state()[1])],
+    study.sampler = sampler_for_ticket(space, serial)
+    tickets = tickets_of(study)
+
+    def started(trial: optuna.Trial) -> None:
+        tickets.bind(serial)
+        conn.send(trial._trial_id)
+
+    objective = GuardedObjective(Objective(space), on_start=started, worker=worker)
+    study.optimize(objective, n_trials=1, callbacks=[TrialPrinter(tickets.state()[1])],
                    gc_after_trial=False, catch=(Exception,))
     conn.close()

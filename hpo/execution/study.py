@@ -9,10 +9,11 @@ from collections.abc import Callable
 import optuna
 
 from hpo.errors import UserInputError
+from hpo.execution.avoid import AvoidKnownFailures
 from hpo.space.loader import SearchSpace, parse_space
 from hpo.space.schema import PrunerSpec, SamplerSpec
 from hpo.storage.open import load_study_or_none, open_storage
-from hpo.storage.retry import engine_of
+from hpo.storage.retry import MAX_RETRIES_ATTR, engine_of
 from hpo.storage.tickets import TicketBudget
 
 SPACE_ATTR = "hpo:space"
@@ -46,12 +47,16 @@ def create_or_resume(space: SearchSpace, storage_url: str, study_name: str | Non
     """Create the study (once, before any worker starts) or resume it if its space is unchanged."""
     spec = space.study
     name = study_name or spec.name
+    if n_trials is not None and n_trials < 1:
+        raise UserInputError(f"--n-trials must be >= 1, got {n_trials}")
     fingerprint = json.loads(json.dumps(space.fingerprint(), default=str))
-    storage = open_storage(storage_url, max_retries=spec.max_retries)
+    storage = open_storage(storage_url, create=True)
     existing = load_study_or_none(storage, name)
     if existing is not None:
         _check_same_space(existing, fingerprint, name, space.source)
         study = load_study(storage, name, space)
+        if existing.user_attrs.get(MAX_RETRIES_ATTR) != spec.max_retries:
+            study.set_user_attr(MAX_RETRIES_ATTR, spec.max_retries)  # not part of the space: may change
         if n_trials:
             _tickets(storage, name).create(n_trials)  # a larger --n-trials extends the budget
         return study
@@ -59,12 +64,13 @@ def create_or_resume(space: SearchSpace, storage_url: str, study_name: str | Non
         study_name=name,
         storage=storage,
         directions=list(spec.directions),
-        sampler=SAMPLERS[spec.sampler.name](spec.sampler),
+        sampler=build_sampler(spec.sampler),
         pruner=PRUNERS[spec.pruner.name](spec.pruner),
     )
     study.set_user_attr(SPACE_ATTR, fingerprint)
     study.set_user_attr(SPACE_FILE_ATTR, space.raw)
     study.set_user_attr(N_TRIALS_ATTR, n_trials or spec.n_trials)
+    study.set_user_attr(MAX_RETRIES_ATTR, spec.max_retries)
     study.set_metric_names(list(spec.objectives))
     _tickets(storage, name).create(n_trials or spec.n_trials)
     return study
@@ -79,9 +85,13 @@ def load_study(storage, name: str, space: SearchSpace) -> optuna.Study:
     return optuna.load_study(
         study_name=name,
         storage=storage,
-        sampler=SAMPLERS[spec.sampler.name](spec.sampler),
+        sampler=build_sampler(spec.sampler),
         pruner=PRUNERS[spec.pruner.name](spec.pruner),
     )
+
+
+def build_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
+    return AvoidKnownFailures(SAMPLERS[spec.name](spec), seed=spec.seed)
 
 
 def _check_same_space(study: optuna.Study, fingerprint: dict, name: str, source: str) -> None:

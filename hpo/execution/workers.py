@@ -1,62 +1,83 @@
 """Workers: loops that claim tickets from the study's budget and run one trial per ticket.
 
 By default each trial runs in a fresh child process from a forkserver that has already imported
-torch, so a crash, a leak or a poisoned CUDA context cannot touch later trials, and a child costs a
-fork rather than a new interpreter. The forkserver starts clean, so this is safe even if the
-worker has initialised CUDA (plain fork is not).
+torch and the workload, so a crash, a leak or a poisoned CUDA context cannot touch later trials,
+and a child costs a fork rather than a new interpreter. The forkserver starts clean, so this is
+safe even if the worker has initialised CUDA (plain fork is not).
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import optuna
-from optuna.storages import fail_stale_trials
-from optuna.trial import TrialState
 
-from hpo.execution.budget import has_running, tickets_of
-from hpo.execution.child import run_one_trial
+from hpo.execution.budget import has_running, recover, require_budget
+from hpo.execution.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket
 from hpo.execution.objective import Objective
-from hpo.execution.study import space_of
+from hpo.execution.study import open_hpo_study
 from hpo.progress import TrialPrinter
-from hpo.storage.open import HEARTBEAT_INTERVAL_S
+from hpo.space.loader import SearchSpace
+from hpo.storage.open import liveness
+from hpo.storage.retry import fail_crashed_trial
+from hpo.storage.tickets import TicketBudget
+from hpo.workloads.registry import BUILTIN_WORKLOADS
 
 STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
+# A child that dies this many times in a row before its trial starts means trials cannot start here.
+MAX_STARTUP_FAILURES = 3
 
 
 def default_workers() -> int:
+    """One worker per visible GPU; on CPU one, since a trial's kernels already use every core."""
     import torch
 
     return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
-def run_workers(study: optuna.Study, storage_url: str, workers: int | None, timeout: float | None, isolate: bool) -> None:
-    """Run `workers` local workers on one study; 1 runs here, more run as `hpo worker` processes."""
+def run_workers(study: optuna.Study, storage_url: str, workers: int | None, timeout: float | None, isolate: bool) -> int:
+    """Run `workers` local workers on one study; 1 runs here, more run as `hpo worker` processes.
+    Returns how many workers failed."""
     workers = workers or default_workers()
     if workers == 1:
         run_worker(study, storage_url, timeout=timeout, isolate=isolate)
-        return
-    gpus = _visible_gpus()
-    procs = []
-    for index in range(workers):
-        env = dict(os.environ, **{STORAGE_ENV: storage_url})
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
-        cmd = [sys.executable, "-m", "hpo.cli", "worker", "--study", study.study_name]
-        cmd += ([] if timeout is None else ["--timeout", str(timeout)]) + ([] if isolate else ["--in-process"])
-        procs.append(subprocess.Popen(cmd, env=env))
+        return 0
+    cmd = [sys.executable, "-m", "hpo.cli", "worker", "--study", study.study_name]
+    cmd += ([] if timeout is None else ["--timeout", str(timeout)]) + ([] if isolate else ["--in-process"])
+    # A worker dies with this process (SIGTERM), and its trial process with it: no orphan trains on.
+    procs = [subprocess.Popen(cmd, env=_worker_env(i, workers, storage_url), preexec_fn=_die_with_parent)
+             for i in range(workers)]
     try:
-        for proc in procs:
-            proc.wait()
+        codes = [proc.wait() for proc in procs]
     except KeyboardInterrupt:
         for proc in procs:
             proc.send_signal(signal.SIGINT)
         raise
+    failed = [(index, code) for index, code in enumerate(codes) if code != 0]
+    for index, code in failed:
+        print(f"worker {index} exited with code {code}", file=sys.stderr)
+    return len(failed)
+
+
+_die_with_parent = functools.partial(die_with_parent, signal.SIGTERM)
+
+
+def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
+    env = dict(os.environ, **{STORAGE_ENV: storage_url})
+    gpus = _visible_gpus()
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+    elif "OMP_NUM_THREADS" not in env:
+        # CPU workers share the cores instead of each spawning a thread per core.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    return env
 
 
 def _visible_gpus() -> list[str]:
@@ -69,66 +90,101 @@ def _visible_gpus() -> list[str]:
 
 
 def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = None, isolate: bool = True) -> int:
-    """Claim tickets and run trials until the budget is spent and no trial is left running."""
-    tickets = tickets_of(study)
-    run_one = ChildTrials(storage_url, study.study_name) if isolate else InProcessTrials(study)
+    """Claim tickets and run trials until the budget is spent and no trial is left running or
+    starting anywhere (any of them may still die and need a retry). Returns trials run here."""
+    study, space = open_hpo_study(study._storage, study.study_name)  # the space's sampler and pruner
+    tickets = require_budget(study)
+    timeout = timeout if timeout is not None else space.study.timeout
+    run_one = ChildTrials(study, storage_url, space, tickets) if isolate else InProcessTrials(study, space, tickets)
+    pause = liveness(study._storage)[0] / 2
     deadline = None if timeout is None else time.monotonic() + timeout
     ran = 0
     while deadline is None or time.monotonic() < deadline:
-        fail_stale_trials(study)  # a dead worker's trial becomes a retry waiting for a ticket
-        if tickets.claim():
-            run_one()
+        recover(study, tickets)
+        serial = tickets.claim()
+        if serial is not None:
+            run_one(serial)
             ran += 1
-        elif has_running(study):
-            time.sleep(HEARTBEAT_INTERVAL_S / 2)  # it may still die and need a retry
+        elif has_running(study) or tickets.pending():
+            time.sleep(pause)
         else:
             break
     return ran
 
 
-class InProcessTrials:
-    def __init__(self, study: optuna.Study):
-        self.study, self.objective = study, Objective(space_of(study))
-        self.printer = TrialPrinter(tickets_of(study).state()[1])
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
-    def __call__(self) -> None:
-        self.study.optimize(self.objective, n_trials=1, callbacks=[self.printer], gc_after_trial=True, catch=(Exception,))
+
+class InProcessTrials:
+    def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
+        self.study, self.space, self.tickets = study, space, tickets
+        self.objective = Objective(space)
+        self.printer = TrialPrinter(tickets.state()[1])
+
+    def __call__(self, serial: int) -> None:
+        self.study.sampler = sampler_for_ticket(self.space, serial)
+        objective = GuardedObjective(self.objective, on_start=lambda trial: self.tickets.bind(serial), worker=worker_name())
+        self.study.optimize(objective, n_trials=1, callbacks=[self.printer], gc_after_trial=True, catch=(Exception,))
 
 
 class ChildTrials:
     """Run each trial in a forkserver child; turn a child's death into a recorded, retried failure."""
 
-    def __init__(self, storage_url: str, study_name: str):
-        self.storage_url, self.study_name = storage_url, study_name
+    def __init__(self, study: optuna.Study, storage_url: str, space: SearchSpace, tickets: TicketBudget):
+        self.study, self.storage_url, self.tickets = study, storage_url, tickets
+        self.touch_every = liveness(study._storage)[0]
+        self.startup_failures = 0
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["torch", "optuna", "hpo.execution.child"])
+        # Imported once in the forkserver, not once per trial: torch, Optuna, the workload, and
+        # torch._dynamo, which the trainer and profiler import lazily (about 4 s per child otherwise).
+        self.context.set_forkserver_preload(["torch", "torch._dynamo", "optuna", "hpo.execution.child", _workload_module(space)])
 
-    def __call__(self) -> None:
+    def __call__(self, serial: int) -> None:
         receiver, sender = self.context.Pipe(duplex=False)
-        child = self.context.Process(target=run_one_trial, args=(self.storage_url, self.study_name, sender))
+        args = (self.storage_url, self.study.study_name, serial, worker_name(), sender)
+        child = self.context.Process(target=run_one_trial, args=args)
         child.start()
-        sender.close()
-        trial_id = _poll_trial_id(receiver)
+        sender.close()  # the child holds the only writer: its death reads as EOF here
+        trial_id = self._wait_for_trial(receiver, serial)
         child.join()
-        if child.exitcode != 0 and trial_id is not None:
-            record_crash(self.storage_url, self.study_name, trial_id, child.exitcode)
+        receiver.close()
+        if trial_id is None:
+            self._no_trial(serial, child.exitcode)
+            return
+        self.startup_failures = 0
+        if child.exitcode != 0:
+            fail_crashed_trial(self.study, trial_id, crash_verdict(child.exitcode))
+
+    def _wait_for_trial(self, receiver, serial: int) -> int | None:
+        while not receiver.poll(self.touch_every):
+            self.tickets.touch(serial)  # still starting: keep the claim from looking abandoned
+        try:
+            return receiver.recv()
+        except EOFError:
+            return None
+
+    def _no_trial(self, serial: int, exitcode: int) -> None:
+        self.tickets.release(serial)  # the trial never started: its ticket goes back
+        self.startup_failures += 1
+        if self.startup_failures >= MAX_STARTUP_FAILURES:
+            raise RuntimeError(
+                f"{MAX_STARTUP_FAILURES} trial processes in a row ended before their trial started "
+                f"(last: {crash_verdict(exitcode).removeprefix('crashed: ')}); see the errors above, or run `hpo worker --in-process`"
+            )
 
 
-def _poll_trial_id(receiver) -> int | None:
+def _workload_module(space: SearchSpace) -> str:
+    name = space.spec.workload.name
+    return BUILTIN_WORKLOADS.get(name, name).partition(":")[0]
+
+
+def crash_verdict(exitcode: int) -> str:
+    if exitcode >= 0:
+        return f"crashed: trial process died (exit code {exitcode})"
     try:
-        return receiver.recv()
-    except EOFError:
-        return None
-
-
-def record_crash(storage_url: str, study_name: str, trial_id: int, exitcode: int) -> None:
-    from hpo.storage.open import open_storage
-
-    storage = open_storage(storage_url)
-    study = optuna.load_study(study_name=study_name, storage=storage)
-    cause = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exit code {exitcode}"
-    if storage.get_trial(trial_id).state != TrialState.RUNNING:
-        return  # the child finished its trial before dying
-    storage.set_trial_user_attr(trial_id, "verdict", f"crashed: trial process died ({cause})")
-    if storage.set_trial_state_values(trial_id, TrialState.FAIL):
-        storage.failed_trial_callback(study, storage.get_trial(trial_id))
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = str(-exitcode)
+    hint = " (the kernel's OOM killer, or kill -9)" if -exitcode == signal.SIGKILL else ""
+    return f"crashed: trial process died (signal {name}{hint})"

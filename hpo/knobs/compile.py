@@ -10,9 +10,7 @@ import torch
 from torch import nn
 
 # Ops whose output dtype shows the autocast precision; autocast casts exactly this class of ops.
-MATMUL_OPS = frozenset(
-    {"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "scaled_dot_product_attention"}
-)
+MATMUL_OPS = frozenset({"linear", "matmul", "mm", "addmm", "conv1d", "conv2d"})
 
 
 @dataclass

@@ -1,40 +1,100 @@
-"""Open an Optuna RDB storage, turning connection problems into one-line user errors."""
+"""Open an Optuna RDB storage, turning connection problems into one-line user errors.
+
+Only `hpo run` creates a storage (`create=True`); every other command opens an existing one and
+writes nothing while doing so, so a mistyped URL or study name leaves no empty database behind.
+"""
 
 from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
 
 import optuna
 import sqlalchemy.exc
 from optuna.storages import RDBStorage
 
-from hpo.storage.retry import RetryWithRefund
-
 from hpo.errors import UserInputError
+from hpo.storage.retry import RetryWithRefund
 from hpo.storage.urls import ensure_sqlite_folder, mask_password
 
-# A killed worker's trial is failed after grace_period without heartbeats, then retried.
+# A trial whose process stops sending heartbeats is failed after the grace period, then retried.
+# The environment overrides them (tests use 1 s / 3 s rather than waiting half a minute).
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 30
+HEARTBEAT_ENV = "HPO_HEARTBEAT_INTERVAL"
+GRACE_ENV = "HPO_GRACE_PERIOD"
 
 
-def open_storage(url: str, *, max_retries: int = 2, heartbeat_interval: int = HEARTBEAT_INTERVAL_S,
-                 grace_period: int = GRACE_PERIOD_S) -> RDBStorage:
-    ensure_sqlite_folder(url)
+def open_storage(url: str, *, create: bool = False, heartbeat_interval: int | None = None,
+                 grace_period: int | None = None) -> RDBStorage:
+    interval = heartbeat_interval or _seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_INTERVAL_S)
+    grace = grace_period or _seconds_from_env(GRACE_ENV, GRACE_PERIOD_S)
+    if grace <= interval:
+        raise UserInputError(f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
+                             f"or every trial looks dead between two heartbeats; e.g. 3x the interval")
+    if create:
+        ensure_sqlite_folder(url)
+    else:
+        _require_sqlite_file(url)
     try:
-        return RDBStorage(
-            url,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period,
-            failed_trial_callback=RetryWithRefund(max_retry=max_retries),
-            engine_kwargs=_engine_kwargs(url),
-        )
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        with warnings.catch_warnings():
+            # heartbeat_interval is "experimental" in Optuna; the warning is noise on every start.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                url,
+                heartbeat_interval=interval,
+                grace_period=grace,
+                heartbeat_stale_trial_callback=RetryWithRefund(),
+                engine_kwargs=_engine_kwargs(url),
+                skip_table_creation=not create,
+            )
+    # RuntimeError: Optuna found tables of another Optuna version (its message says how to upgrade).
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
         raise UserInputError(f"storage {mask_password(url)}: {_reason(exc)}") from None
+
+
+def liveness(storage) -> tuple[int, int]:
+    """(heartbeat interval, grace period) in seconds of an opened storage."""
+    backend = getattr(storage, "_backend", storage)
+    return backend.heartbeat_interval, backend.grace_period
+
+
+def _seconds_from_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserInputError(f"environment variable {name} must be a whole number of seconds >= 1, got {raw!r}; unset it for {default}")
+    return value
+
+
+def _require_sqlite_file(url: str) -> None:
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///:memory:"):
+        return
+    path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    if not path.is_file():
+        raise UserInputError(f"storage {url}: no such file {str(path)!r}; check --storage, or create a study with `hpo run SPACE.yaml`")
 
 
 def _engine_kwargs(url: str) -> dict:
     if url.startswith("postgresql") or url.startswith("mysql"):
-        # Fail fast on an unreachable host instead of hanging for minutes; drop dead pooled connections.
-        return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+        return {
+            # Fail fast on an unreachable host instead of hanging for minutes; drop dead pooled connections.
+            "pool_pre_ping": True,
+            "connect_args": {"connect_timeout": 10},
+            # Keep one idle connection per process: a trial process also needs one for its heartbeat
+            # thread, and with the pool's default of 5 sixty-odd workers exhaust PostgreSQL's 100.
+            "pool_size": 1,
+            "max_overflow": 8,
+        }
+    if url.startswith("sqlite"):
+        # Many worker processes share one file: wait for its lock rather than failing after 5 s.
+        return {"connect_args": {"timeout": 60}}
     return {}
 
 
@@ -43,10 +103,15 @@ def _reason(exc: BaseException) -> str:
     first = mask_password(text[0] if text else type(exc).__name__)
     if "password authentication failed" in first or "Access denied" in first:
         return f"authentication failed ({first}); check the user and password in --storage"
+    if "version_info" in first:  # Optuna's first query: the database has none of its tables
+        return "holds no Optuna studies (it has no Optuna tables); check --storage, or create a study with `hpo run SPACE.yaml`"
     if "does not exist" in first or "Unknown database" in first:
-        return f"{first}; create the database first (e.g. createdb NAME)"
-    if "Connection refused" in first or "could not translate host" in first or "timeout" in first.lower():
+        return f"{first}; create the database first (e.g. createdb NAME) or fix its name in --storage"
+    if any(s in first for s in ("Connection refused", "could not translate host", "resolve host", "Can't connect")) \
+            or "timeout" in first.lower():
         return f"cannot connect ({first}); check host, port and that the server runs"
+    if "Can't load plugin" in first or "Could not parse" in first:
+        return f"not a database URL ({first}); use sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB"
     if isinstance(exc, ImportError):
         return f"missing database driver ({first}); pip install 'hpo[postgres]' or 'hpo[mysql]'"
     return first

@@ -1,13 +1,30 @@
-"""Retry a trial whose worker died, with the same parameters, and give its ticket back so the
-retry does not eat into the study's budget."""
+"""Retry a trial whose process died, with the same parameters, and give its ticket back so the
+retry does not eat into the study's budget.
+
+Optuna calls `RetryWithRefund` for a trial it failed for want of heartbeats (its worker was killed
+or lost the database); a worker calls `fail_crashed_trial` when its trial process died under it.
+Either way the trial ends FAIL with a `crashed: ...` verdict and, up to the study's `max_retries`,
+a WAITING copy of its parameters is queued, which the next ticket's trial picks up (Optuna's ask
+takes waiting trials first). The retry keeps Optuna's `failed_trial` and `retry_history` system
+attrs, so `RetryHeartbeatStaleTrialCallback.retry_history(trial)` reads it.
+"""
 
 from __future__ import annotations
 
+import copy
+import sys
+
 import optuna
-from optuna.storages import RetryFailedTrialCallback
-from optuna.trial import FrozenTrial
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
 
 from hpo.storage.tickets import TicketBudget
+
+# Study user attr holding the space file's `study.max_retries`, read when a trial crashes.
+MAX_RETRIES_ATTR = "hpo:max_retries"
+DEFAULT_MAX_RETRIES = 2
+# A running trial's verdict until it finishes: what a trial still says if its process vanished.
+UNFINISHED = "crashed: the trial's process stopped before the trial finished (no heartbeat within the grace period)"
 
 
 def engine_of(storage):
@@ -15,11 +32,51 @@ def engine_of(storage):
     return getattr(storage, "_backend", storage).engine
 
 
-class RetryWithRefund(RetryFailedTrialCallback):
+class RetryWithRefund:
+    """Optuna's heartbeat-stale callback: queue a retry and refund its ticket, at most
+    `max_retries` times per original trial (None: the study's own `hpo:max_retries`)."""
+
+    def __init__(self, max_retries: int | None = None):
+        self.max_retries = max_retries
+
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        retries = len(trial.system_attrs.get("retry_history", [])) + 1
-        if self._max_retry is not None and retries > self._max_retry:
-            study._storage.set_trial_user_attr(trial._trial_id, "verdict", f"crashed: gave up after {retries - 1} retries")
+        history = [*trial.system_attrs.get("retry_history", []), trial.number]
+        limit = self.max_retries if self.max_retries is not None else max_retries_of(study)
+        cause = trial.user_attrs.get("verdict", UNFINISHED)
+        if len(history) > limit:
+            print(f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})",
+                  file=sys.stderr, flush=True)
             return
+        # Queue the retry before the refund: a ticket must never be claimable while its retry is
+        # missing, or the ticket's trial samples fresh parameters and the retry is left stranded.
+        study.add_trial(optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params=trial.params,
+            distributions=trial.distributions,
+            user_attrs={"retry_of": history[0], "previous_verdict": cause},
+            system_attrs={"failed_trial": history[0], "retry_history": history},
+        ))
         TicketBudget(engine_of(study._storage), study.study_name).refund()
-        super().__call__(study, trial)
+        print(f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})",
+              file=sys.stderr, flush=True)
+
+
+def max_retries_of(study: optuna.Study) -> int:
+    return int(study.user_attrs.get(MAX_RETRIES_ATTR, DEFAULT_MAX_RETRIES))
+
+
+def fail_crashed_trial(study: optuna.Study, trial_id: int, verdict: str) -> bool:
+    """Mark a trial whose process died FAIL with `verdict` and queue its retry. False when the
+    trial had already finished (it died after its last write) or another worker failed it first."""
+    storage = study._storage
+    try:
+        # The verdict goes first: Optuna refuses any write to a finished trial.
+        storage.set_trial_user_attr(trial_id, "verdict", verdict)
+        if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
+            return False
+    except UpdateFinishedTrialError:
+        return False
+    callback = storage.get_heartbeat_stale_trial_callback()
+    if callback is not None:
+        callback(study, copy.deepcopy(storage.get_trial(trial_id)))
+    return True

@@ -1,0 +1,95 @@
+"""Shared fixtures: a fast toy config, global torch state reset, and storages to run against."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import torch
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+from hpo.config import Knobs, TrainingConfig, TrialConfig  # noqa: E402
+
+TOY = "toy_workloads:Toy"
+
+
+def toy_config(knobs: Knobs | None = None, *, max_steps: int = 6, eval_every: int = 3, seed: int = 0,
+               compile_backend: str = "eager", **options) -> TrialConfig:
+    return TrialConfig(
+        workload=TOY,
+        workload_options=options,
+        training=TrainingConfig(lr=3e-3, batch_size=16, max_steps=max_steps, eval_every=eval_every,
+                                compile_backend=compile_backend),
+        knobs=knobs or Knobs(precision="fp32", attention="eager", optimizer="forloop"),
+        seed=seed,
+        objectives=("val_loss",),
+        directions=("minimize",),
+        device="cpu",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_state():
+    """Tests must not leak global torch state into each other (litgpt does the same)."""
+    saved = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.backends.cudnn.benchmark)
+    yield
+    torch.set_default_dtype(saved[0])
+    torch.set_grad_enabled(saved[1])
+    torch.backends.cudnn.benchmark = saved[2]
+    torch._dynamo.reset()
+
+
+# ---- storages -------------------------------------------------------------------------------
+
+POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+MYSQL_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/"
+
+
+def _require(kind: str, reason: str):
+    if os.environ.get("HPO_REQUIRE_POSTGRES") and kind == "postgres":
+        pytest.fail(f"PostgreSQL is required in CI but unusable: {reason}")
+    pytest.skip(f"{kind} unavailable: {reason}")
+
+
+def _fresh_database(admin_url: str, kind: str) -> tuple[str, callable]:
+    import sqlalchemy as sa
+
+    name = f"hpo_test_{uuid.uuid4().hex[:10]}"
+    try:
+        engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    except Exception as exc:  # noqa: BLE001 - any failure means the server is not usable
+        _require(kind, str(exc).splitlines()[0])
+    base = admin_url.rsplit("/", 1)[0]
+
+    def drop() -> None:
+        with engine.connect() as conn:
+            if kind == "postgres":
+                conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            else:
+                conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        engine.dispose()
+
+    return f"{base}/{name}", drop
+
+
+@pytest.fixture
+def postgres_url():
+    url, drop = _fresh_database(POSTGRES_ADMIN, "postgres")
+    yield url
+    drop()
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
+def storage_url(request, tmp_path):
+    """The same test over every RDB storage, as Optuna's own storage tests do."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'study.db'}"
+        return
+    admin = POSTGRES_ADMIN if request.param == "postgres" else MYSQL_ADMIN
+    url, drop = _fresh_database(admin, request.param)
+    yield url
+    drop()

@@ -1,0 +1,65 @@
+"""The toy workload, made to misbehave on purpose for the crash-recovery tests:
+`crashy_workloads:Crashy` (subprocesses need `PYTHONPATH=tests:tests/workers`).
+
+At its `at_call`-th loss computation (the knob probe's steps count) the trial process sends itself
+`signal` (a segfault, a kill -9 as from the OOM killer) or hangs for `hang_s` so that a test can
+kill its worker mid-trial; `raise` raises from `evaluate`, where no knob probe catches it. With `once` set to a file path it misbehaves only while that
+file does not exist and creates it, so the retry of the trial succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal as signals
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from toy_workloads import Toy, ToyOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrashyOptions(ToyOptions):
+    misbehave: str = "none"  # none | signal | raise | hang
+    signal: str = "SIGSEGV"
+    at_call: int = 0
+    hang_s: float = 120.0
+    once: str = ""
+
+
+class Crashy(Toy):
+    Options = CrashyOptions
+
+    def __init__(self, options: CrashyOptions):
+        super().__init__(options)
+        self.calls = 0
+
+    def training_loss(self, model, batch):
+        if self.options.misbehave in ("signal", "hang") and self.calls == self.options.at_call and self._armed():
+            self._misbehave()
+        self.calls += 1
+        return super().training_loss(model, batch)
+
+    def evaluate(self, model, move):
+        if self.options.misbehave == "raise" and self._armed():
+            raise ValueError("crashy workload raised on purpose")
+        return super().evaluate(model, move)
+
+    def _armed(self) -> bool:
+        if self.options.misbehave == "none":
+            return False
+        if not self.options.once:
+            return True
+        marker = Path(self.options.once)
+        try:
+            marker.touch(exist_ok=False)  # atomic: one trial process misbehaves, even with several workers
+        except FileExistsError:
+            return False
+        return True
+
+    def _misbehave(self) -> None:
+        if self.options.misbehave == "signal":
+            os.kill(os.getpid(), getattr(signals, self.options.signal))
+            time.sleep(10)  # the signal is delivered asynchronously
+        if self.options.misbehave == "hang":
+            time.sleep(self.options.hang_s)
