@@ -46,7 +46,7 @@ def execute(config: TrialConfig, verdicts: VerdictStore, on_eval: EvalCallback |
         "torch_version": torch.__version__,
         "hpo_version": __version__,
     }
-    key, _ = verdict_key(config, device)
+    key, facts = verdict_key(config, device)
     attrs["verdict_key"] = key
     cached = verdicts.get(key)
     if cached is not None and cached["verdict"] != "ok":
@@ -55,16 +55,17 @@ def execute(config: TrialConfig, verdicts: VerdictStore, on_eval: EvalCallback |
     start = time.perf_counter()
     with trial_runtime(device) as runtime:
         attrs["runtime"] = runtime
-        return _verify_and_train(config, device, verdicts, key, cached, attrs, on_eval, start)
+        return _verify_and_train(config, device, verdicts, (key, facts), cached, attrs, on_eval, start)
 
 
-def _verify_and_train(config, device, verdicts, key, cached, attrs, on_eval, start) -> TrialOutcome:
+def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, start) -> TrialOutcome:
+    key, facts = keyed
     assembled = None
     try:
         workload = create_workload(config.workload, config.workload_options)
         if cached is None:
             probe = run_probe(workload, config, device)
-            verdicts.put(key, probe.record())
+            verdicts.put(key, {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]})
             attrs.update(_probe_attrs(probe, cached=False))
             if not probe.ok:
                 attrs["knobs_observed"] = probe.observed

@@ -13,7 +13,6 @@ import os
 import signal as signals
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from toy_workloads import Toy, ToyOptions
 
@@ -50,9 +49,10 @@ class Crashy(Toy):
             return False
         if not self.options.once:
             return True
-        marker = Path(self.options.once)
         try:
-            marker.touch(exist_ok=False)  # atomic: one trial process misbehaves, even with several workers
+            # Exclusive create is atomic: one trial process misbehaves, even with several workers.
+            with open(self.options.once, "x") as marker:
+                marker.write(str(os.getpid()))  # tells the test which process misbehaves
         except FileExistsError:
             return False
         return True

@@ -1,0 +1,84 @@
+"""Capability probes on this CPU, and the CUDA branches exercised by monkeypatching the probes."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+
+from hpo import _imports
+from hpo.errors import KnobUnavailable
+from hpo.hardware import doctor, probes
+from hpo.hardware.runtime import trial_runtime
+
+CPU = torch.device("cpu")
+FAKE_GPU = torch.device("cuda", 0)
+
+
+def test_doctor_reports_what_runs_on_this_cpu():
+    report = doctor.capability_report(CPU)
+    assert report["device_type"] == "cpu" and report["torch_version"] == torch.__version__
+    assert report["attention"]["sdpa_flash"]["usable"] and report["attention"]["sdpa_math"]["usable"]
+    assert not report["attention"]["sdpa_efficient"]["usable"]
+    assert "No viable backend" in report["attention"]["sdpa_efficient"]["why"]
+    assert not report["attention"]["flash_attn"]["usable"] and "flash-attn" in report["attention"]["flash_attn"]["why"]
+    assert report["optimizer"]["fused"]["usable"] and not report["optimizer"]["apex"]["usable"]
+    assert not report["precision"]["tf32"]["usable"]
+    text = doctor.format_report(report)
+    assert "sdpa_efficient  no" in text and "fused           yes" in text
+
+
+def test_bf16_on_an_old_gpu_is_reported_unusable(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(probes, "compute_capability", lambda device: (7, 0))
+    cap = probes.bf16_supported(FAKE_GPU)
+    assert not cap.usable and "(7, 0) < 8.0" in cap.why
+
+
+@pytest.mark.parametrize("cc,usable", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_tf32_needs_ampere(monkeypatch, cc, usable):
+    monkeypatch.setattr(probes, "compute_capability", lambda device: cc)
+    assert probes.tf32_supported(FAKE_GPU).usable is usable
+
+
+def test_flash_attn_installed_on_a_pre_ampere_gpu_is_unusable(monkeypatch):
+    monkeypatch.setattr(_imports, "flash_attn", lambda: types.SimpleNamespace(flash_attn_func=None))
+    monkeypatch.setattr(probes, "compute_capability", lambda device: (7, 5))
+    cap = probes.package_usable("flash_attn", FAKE_GPU)
+    assert not cap.usable and "compute capability >= 8.0" in cap.why
+    monkeypatch.setattr(probes, "compute_capability", lambda device: (9, 0))
+    assert probes.package_usable("flash_attn", FAKE_GPU).usable
+    assert not probes.package_usable("flash_attn", CPU).usable  # CUDA-only kernels
+
+
+def test_the_pypi_web_toolkit_named_apex_is_not_nvidia_apex(tmp_path, monkeypatch):
+    package = tmp_path / "apex"
+    package.mkdir()
+    (package / "__init__.py").write_text("# a web toolkit that happens to be called apex\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "apex", raising=False)
+    _imports._import.cache_clear()
+    try:
+        with pytest.raises(KnobUnavailable, match="not NVIDIA apex"):
+            _imports.nvidia_apex_optimizers()
+    finally:
+        _imports._import.cache_clear()
+
+
+def test_cuda_trial_runtime_turns_on_tf32_and_benchmark_and_restores_them():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    with trial_runtime(FAKE_GPU) as settings:
+        assert settings == {"tf32": True, "cudnn_benchmark": True}
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.benchmark
+    after = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    assert after == before
+    with trial_runtime(CPU) as settings:
+        assert settings == {"tf32": False, "cudnn_benchmark": False}
+
+
+def test_device_model_names_the_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert probes.device_model(FAKE_GPU) == "NVIDIA H100 80GB HBM3"
+    assert probes.device_model(CPU).startswith("cpu: ")
