@@ -13,6 +13,7 @@ import torch
 
 from hpo.config import Knobs, TrainingConfig
 from hpo.errors import TrialRejected
+from hpo.hardware.runtime import MemoryMeter
 from hpo.knobs.attention import pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.knobs.compile import GraphRecord, compile_model
@@ -42,6 +43,7 @@ class AssembledModel:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._warmup)
         self.scaler = grad_scaler(knobs.precision, device.type)
+        self.memory = MemoryMeter(device)
 
     def _warmup(self, step: int) -> float:
         warmup = self.training.warmup_steps
@@ -60,6 +62,7 @@ class AssembledModel:
         """Loss forward under the knobs, then backward (scaled for fp16). Returns the unscaled loss."""
         with self.knob_context():
             loss = self.workload.training_loss(self.forward_model, batch)
+        self.memory.sample()  # activations are alive now: the step's high-water mark
         with pinned_kernel(self.knobs.attention):
             (self.scaler.scale(loss) if self.scaler else loss).backward()
         return loss.detach()

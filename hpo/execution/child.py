@@ -12,6 +12,7 @@ import ctypes
 import multiprocessing.connection
 import os
 import signal
+import threading
 from collections.abc import Callable
 
 import optuna
@@ -30,11 +31,26 @@ PR_SET_PDEATHSIG = 1
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Linux: the kernel sends `sig` to this process when its parent dies, so no orphan keeps
-    training. A forkserver child's parent is the forkserver, which exits when its worker dies."""
+    training. (A trial process's parent is the forkserver: see `die_with_worker`.)"""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         pass  # not Linux: orphans finish their trial and report it, which is still correct
+
+
+def die_with_worker(conn: multiprocessing.connection.Connection) -> None:
+    """Kill this trial process as soon as its worker is gone. PR_SET_PDEATHSIG alone does not do
+    it: the forkserver (the parent) outlives the worker, because every process it forks holds the
+    worker's end of the pipe that tells the forkserver to exit."""
+
+    def watch() -> None:
+        try:
+            conn.recv()  # the worker never sends: this returns when the worker's end closes
+        except (EOFError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="hpo-die-with-worker", daemon=True).start()
 
 
 def sampler_for_ticket(space: SearchSpace, serial: int) -> optuna.samplers.BaseSampler:
@@ -69,6 +85,7 @@ class GuardedObjective:
 def run_one_trial(storage_url: str, study_name: str, serial: int, worker: str,
                   conn: multiprocessing.connection.Connection) -> None:
     die_with_parent()
+    die_with_worker(conn)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # hpo prints its own line per trial
     study, space = open_hpo_study(open_storage(storage_url), study_name)
     study.sampler = sampler_for_ticket(space, serial)
@@ -81,4 +98,4 @@ def run_one_trial(storage_url: str, study_name: str, serial: int, worker: str,
     objective = GuardedObjective(Objective(space), on_start=started, worker=worker)
     study.optimize(objective, n_trials=1, callbacks=[TrialPrinter(tickets.state()[1])],
                    gc_after_trial=False, catch=(Exception,))
-    conn.close()
+    # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.

@@ -50,7 +50,8 @@ def execute(config: TrialConfig, verdicts: VerdictStore, on_eval: EvalCallback |
     attrs["verdict_key"] = key
     cached = verdicts.get(key)
     if cached is not None and cached["verdict"] != "ok":
-        attrs.update(probe_s=0.0, probe_cached=True, knobs_observed=cached.get("observed", {}))
+        attrs.update(probe_s=0.0, probe_cached=True, probe_slowdown=cached.get("slowdown"),
+                     knobs_observed=cached.get("observed", {}))
         return TrialOutcome(verdict=cached["verdict"], values=None, attrs=attrs)
     start = time.perf_counter()
     with trial_runtime(device) as runtime:

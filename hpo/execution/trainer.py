@@ -15,7 +15,7 @@ from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatches, observed_knobs
 from hpo.execution.assembly import AssembledModel
-from hpo.hardware.runtime import peak_memory_mb, reset_peak_memory, synchronize
+from hpo.hardware.runtime import synchronize
 
 # Called after each evaluation with (step, metrics); raises to stop the trial (e.g. optuna.TrialPruned).
 EvalCallback = Callable[[int, dict[str, float]], None]
@@ -45,7 +45,6 @@ def train(assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback 
     batches = assembled.workload.train_batches(training.batch_size, config.seed)
     evidence_at = evidence_step_index(config)
     step_times, samples, history, observed = [], 0, [], {}
-    reset_peak_memory(device)
     for step in range(training.max_steps):
         batch = assembled.move(next(batches))
         synchronize(device)
@@ -66,13 +65,14 @@ def train(assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback 
             history.append((step + 1, metrics))
             if on_eval is not None:
                 on_eval(step + 1, metrics)
-    total = sum(step_times)
+    step_s = statistics.median(step_times) if step_times else float("nan")
+    per_step = samples / len(step_times) if step_times else 0
     return TrainResult(
         metrics=history[-1][1],
         knobs_observed=observed,
-        step_time_ms=1000 * statistics.median(step_times) if step_times else float("nan"),
-        train_samples_per_s=samples / total if total > 0 else float("nan"),
-        peak_mem_mb=peak_memory_mb(device),
+        step_time_ms=1000 * step_s,
+        train_samples_per_s=per_step / step_s,  # the same median step as step_time_ms
+        peak_mem_mb=assembled.memory.peak_mb,
         n_params=assembled.n_params,
         steps=training.max_steps,
         history=history,

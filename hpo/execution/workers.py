@@ -141,14 +141,15 @@ class ChildTrials:
         self.context.set_forkserver_preload(["torch", "torch._dynamo", "optuna", "hpo.execution.child", _workload_module(space)])
 
     def __call__(self, serial: int) -> None:
-        receiver, sender = self.context.Pipe(duplex=False)
-        args = (self.storage_url, self.study.study_name, serial, worker_name(), sender)
+        # A socket pair: each side reads EOF when the other process dies, whoever goes first.
+        here, there = self.context.Pipe(duplex=True)
+        args = (self.storage_url, self.study.study_name, serial, worker_name(), there)
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
-        sender.close()  # the child holds the only writer: its death reads as EOF here
-        trial_id = self._wait_for_trial(receiver, serial)
+        there.close()
+        trial_id = self._wait_for_trial(here, serial)
         child.join()
-        receiver.close()
+        here.close()
         if trial_id is None:
             self._no_trial(serial, child.exitcode)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Iterator
 
@@ -49,18 +50,35 @@ def trial_runtime(device: torch.device) -> Iterator[dict]:
         ) = saved
 
 
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak allocated memory on CUDA; on CPU the process's peak RSS (includes the interpreter)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    import resource
+class MemoryMeter:
+    """Peak memory of one trial. CUDA: the allocator's peak since reset. CPU: the largest resident
+    set sampled at the step's high-water marks (after forward, when activations are alive), so
+    it is this trial's own figure even when trials share a process (ru_maxrss never resets)."""
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    def __init__(self, device: torch.device):
+        self.device, self.peak_bytes = device, 0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def sample(self) -> None:
+        if self.device.type != "cuda":
+            self.peak_bytes = max(self.peak_bytes, _resident_bytes())
+
+    @property
+    def peak_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return self.peak_bytes / 2**20
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):  # not Linux: fall back to the process peak
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def synchronize(device: torch.device) -> None:

@@ -86,16 +86,24 @@ def _read_yaml(path: Path) -> dict:
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:
+    """One line for the first bad key. A union (scalar or list) fails once per branch; the branch
+    that names the allowed values says the most, so it wins."""
     errors = exc.errors()
-    first = errors[0]
-    where = ".".join(str(p) for p in first["loc"] if not (isinstance(p, str) and p.startswith(("list[", "literal["))))
+    paths = {_path(e) for e in errors}
+    first = min(errors, key=lambda e: (e["type"] != "literal_error", e["type"] == "list_type"))
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = "unknown key (remove it or check its spelling)"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     value = first.get("input")
     shown = "" if first["type"] in ("extra_forbidden", "missing") else f", got {value!r}"
-    return f"{where}: {message}{shown}{more}"
+    more = f" (and {len(paths) - 1} more)" if len(paths) > 1 else ""
+    return f"{_path(first)}: {message}{shown}{more}"
+
+
+def _path(error: dict) -> str:
+    # Drop pydantic's union-branch labels such as "list[literal['fp32','bf16']]".
+    parts = [str(p) for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p in ("bool", "str", "int")))]
+    return ".".join(parts)
 
 
 def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec]) -> None:

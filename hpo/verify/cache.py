@@ -3,6 +3,7 @@ every worker of a study through the study's own storage (study user attrs `verdi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from importlib import metadata
@@ -18,6 +19,7 @@ VERDICT_PREFIX = "verdict:"
 _VERSIONED_PACKAGES = ("transformers", "flash-attn", "xformers", "apex")
 
 
+@functools.cache
 def _package_versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {"torch": torch.__version__, "hpo": __version__}
     for name in _VERSIONED_PACKAGES:
@@ -37,7 +39,7 @@ def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[st
         "knobs": config.knobs.as_dict(),
         "compile_backend": config.training.compile_backend,
         "device": device_model(device),
-        "versions": _package_versions(),
+        "versions": dict(_package_versions()),
         "slow_ratio": config.slow_ratio if config.skip_slow else None,
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]

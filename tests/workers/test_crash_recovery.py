@@ -81,15 +81,16 @@ def test_killed_worker_trial_is_retried_and_resumed_study_finishes_its_budget(st
     space = space_file(tmp_path, n_trials=3, workload=CRASHY, misbehave="hang", once=str(tmp_path / "hung"))
     create_study(space, storage_url)
     worker = start_worker(storage_url, log=tmp_path / "worker.log")
+    marker = tmp_path / "hung"
     try:
-        running = wait_for(lambda: (tmp_path / "hung").exists() and [t for t in trials(storage_url) if t.state == TrialState.RUNNING],
-                           timeout=120, what="a trial hanging in the worker's trial process")
+        hung_pid = int(wait_for(lambda: marker.exists() and marker.read_text(), timeout=120, what="a trial to hang"))
+        (hung,) = wait_for(lambda: [t for t in trials(storage_url) if t.state == TrialState.RUNNING],
+                           timeout=30, what="the hanging trial in the storage")
         doomed = descendants(worker.pid)
-        assert doomed, "the worker should run its trial in a child process"
+        assert hung_pid in doomed, "the trial runs in a child process of the worker"
     finally:
         kill_group(worker)
     wait_for(lambda: not alive(doomed), timeout=10, what="the trial process to die with its worker")
-    (hung,) = running
 
     resumed = hpo("run", space, "--storage", storage_url)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
