@@ -23,6 +23,7 @@ from hpo.workloads.base import Batch, Workload
 
 # Below this the fp16 loss scale has backed off ~2^-30 from its start: gradients are inf every step.
 MIN_GRAD_SCALE = 2.0**-14
+RECOMPILE_LIMIT = 64
 
 
 class AssembledModel:
@@ -31,7 +32,10 @@ class AssembledModel:
         self.model = workload.build_model(knobs.attention).to(device)
         self.recompute = RecomputeCounter()
         blocks = workload.checkpoint_blocks(self.model)
-        (enable_checkpointing if knobs.grad_checkpointing else count_block_runs)(blocks, self.recompute)
+        if knobs.grad_checkpointing:
+            enable_checkpointing(blocks, self.recompute)
+        elif not knobs.compile:  # compiled graphs show checkpointing themselves; wrappers only add frames
+            count_block_runs(blocks, self.recompute)
         self.graphs = GraphRecord()
         self.forward_model = (
             compile_model(self.model, knobs.compile, training.compile_backend, self.graphs)
@@ -51,8 +55,16 @@ class AssembledModel:
 
     @contextlib.contextmanager
     def knob_context(self) -> Iterator[None]:
-        with pinned_kernel(self.knobs.attention), autocast(self.knobs.precision, self.device.type):
+        with pinned_kernel(self.knobs.attention), autocast(self.knobs.precision, self.device.type), self._no_eager_fallback():
             yield
+
+    def _no_eager_fallback(self) -> contextlib.AbstractContextManager:
+        """Past its recompile limit Dynamo quietly runs a frame uncompiled; here that is an error,
+        so a trial labelled compiled ran compiled. The limit is raised for the legitimate recompiles
+        (train/eval, one frame per block when the model has graph breaks)."""
+        if not self.knobs.compile:
+            return contextlib.nullcontext()
+        return torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=RECOMPILE_LIMIT)
 
     def move(self, batch: Batch) -> Batch:
         non_blocking = self.device.type == "cuda"

@@ -19,6 +19,7 @@ from hpo.execution.trainer import EvalCallback, train
 from hpo.hardware.probes import device_model
 from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
 from hpo.verify.cache import VerdictStore, verdict_key
+from hpo.verify.classify import classify_failure
 from hpo.verify.probe import ProbeResult, run_probe
 from hpo.workloads.registry import create_workload
 
@@ -82,7 +83,11 @@ def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, s
     except PrunedByPruner as exc:
         return TrialOutcome(verdict=f"pruned: step {exc.step}", values=None, attrs=attrs, pruned=True)
     except (torch.OutOfMemoryError, MemoryError) as exc:
-        return TrialOutcome(verdict=f"oom: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}".rstrip(": "), values=None, attrs=attrs)
+        detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return TrialOutcome(verdict=f"oom: {type(exc).__name__}: {detail}".rstrip(": "), values=None, attrs=attrs)
+    except Exception as exc:  # noqa: BLE001 - recorded on the trial, with the knob it points at
+        return TrialOutcome(verdict="error: " + classify_failure(exc, config.knobs).removeprefix("incompatible: "),
+                            values=None, attrs=attrs)
     finally:
         del assembled
         _free_memory(device)

@@ -120,3 +120,19 @@ def test_verdict_key_changes_with_knobs_and_model_but_not_with_lr():
     assert verdict_key(toy_config(d_model=64), CPU)[0] != key
     lr_changed = type(base)(**{**base.__dict__, "training": type(base.training)(**{**base.training.__dict__, "lr": 0.5})})
     assert verdict_key(lr_changed, CPU)[0] == key
+
+
+def test_compiled_frames_past_the_recompile_limit_fail_instead_of_running_eagerly(monkeypatch):
+    """Dynamo's own fallback past its recompile limit would run uncompiled under a compiled label."""
+    import hpo.execution.assembly as assembly
+
+    monkeypatch.setattr(assembly, "RECOMPILE_LIMIT", 1)
+    config = toy_config(Knobs(compile="default", optimizer="fused"), max_steps=4, eval_every=2)
+    verdicts = MemoryVerdicts()
+    key, _ = verdict_key(config, CPU)
+    verdicts.put(key, {"verdict": "ok"})
+    outcome = execute(config, verdicts)  # evaluation (no_grad) then training again forces a recompile
+    assert outcome.verdict.startswith("error: compile=default:"), outcome.verdict
+    assert "recompile" in outcome.verdict.lower()
+    monkeypatch.setattr(assembly, "RECOMPILE_LIMIT", 64)
+    assert execute(config, verdicts).ok
