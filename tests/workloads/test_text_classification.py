@@ -11,6 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 from hpo import _imports
 from hpo.errors import KnobUnavailable, UserInputError
 from hpo.knobs.attention import ATTENTION_FUNCTIONS, eager_attention, pinned_kernel
+from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
 from hpo.workloads import text_classification as tc
 from hpo.workloads.base import build_options
 
@@ -36,8 +37,8 @@ def test_dataset_is_real_text_with_a_deterministic_stratified_split():
     assert len({text for text, _ in pairs}) == len(pairs)  # each text under exactly one topic
     assert ("what is ai?", topics.index("ai")) in pairs
 
-    data = tc.load_data(64, None, None)
-    fresh = tc.load_data.__wrapped__(64, None, None)  # bypass the cache: the split itself is deterministic
+    data = tc.load_data(32, None, None)
+    fresh = tc.load_data.__wrapped__(32, None, None)  # bypass the cache: the split itself is deterministic
     for split, again in ((data.train, fresh.train), (data.eval, fresh.eval)):
         for key in ("input_ids", "attention_mask", "labels"):
             assert torch.equal(split[key], again[key])
@@ -56,7 +57,7 @@ def test_caps_and_batches_are_seeded():
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
     batch = next(workload.train_batches(8, seed=0))
-    assert set(batch) == {"input_ids", "attention_mask", "labels"} and batch["input_ids"].shape == (8, 64)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"} and batch["input_ids"].shape == (8, workload.options.max_length)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +87,7 @@ def test_attention_knob_changes_the_kernel_that_runs():
         profiled_ops(workload, "sdpa_efficient")
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch explains why it skipped the fused kernels
 def test_attention_dropout_leaves_sdpa_only_the_math_kernel_on_cpu():
     workload = tiny(n_train=16, n_eval=16, attention_dropout=0.1)
     assert "aten::_scaled_dot_product_attention_math" in profiled_ops(workload, "sdpa")
@@ -119,17 +121,17 @@ def test_registered_attention_keeps_the_layout_and_the_padding_mask(monkeypatch)
 def test_training_reduces_the_loss_and_evaluate_reports_both_metrics():
     workload = tiny(n_train=32, n_eval=48, dropout=0.0)
     model = workload.build_model("sdpa")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     batch = next(workload.train_batches(16, seed=0))
     losses = []
-    for _ in range(15):
+    for _ in range(6):
         loss = workload.training_loss(model, batch)
         assert loss.dtype == torch.float32
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
-    assert losses[-1] < 0.75 * losses[0]
+    assert losses[-1] < 0.8 * losses[0]
     model.eval()
     with torch.no_grad():
         metrics = workload.evaluate(model, lambda b: b)
@@ -153,6 +155,10 @@ def test_checkpoint_blocks_are_the_encoder_layers_and_freezing_stops_embedding_g
     assert len(blocks) == 2 and all(a is b for a, b in zip(blocks, model.bert.encoder.layer))
     assert not any(p.requires_grad for p in model.bert.embeddings.parameters())
     assert all(p.requires_grad for p in blocks[0].parameters())
+    counter = RecomputeCounter()
+    enable_checkpointing(blocks, counter)  # what the executor does: each layer recomputed in backward
+    workload.training_loss(model, next(workload.train_batches(4, seed=0))).backward()
+    assert (counter.forward_runs, counter.backward_runs) == (2, 2)
 
 
 def test_same_seed_builds_the_same_model_without_touching_the_global_rng():
@@ -172,7 +178,7 @@ def test_minilm_loads_pretrained_weights_offline(monkeypatch):
     monkeypatch.setattr(tc, "_tokenizer", functools.cache(tc._tokenizer.__wrapped__))  # load it again, offline
     from safetensors import safe_open
 
-    workload = TextClassification(TextClassification.Options(n_train=16, n_eval=16, max_length=32))
+    workload = TextClassification(TextClassification.Options(n_train=16, n_eval=16))
     model = workload.build_model("sdpa")
     assert model.config._attn_implementation == "sdpa" and len(workload.checkpoint_blocks(model)) == 6
     with safe_open(f"{tc._model_path()}/model.safetensors", "pt") as checkpoint:
