@@ -34,12 +34,15 @@ def cmd_run(args) -> int:
     from hpo.space.loader import load_space
 
     space = load_space(args.space)
-    if args.workers is not None and args.workers < 1:
-        raise UserInputError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers is not None and args.workers < 0:
+        raise UserInputError(f"--workers must be >= 0 (0: create or resume the study only), got {args.workers}")
     name = args.study or space.study.name
     url = _storage(args, name)
     study = create_or_resume(space, url, name, n_trials=args.n_trials)
     print(f"study {name!r} in {mask_password(url)}", file=sys.stderr)
+    if args.workers == 0:  # workers elsewhere (a cluster job) run it
+        print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
+        return 0
     timeout = args.timeout if args.timeout is not None else space.study.timeout
     failed = run_workers(study, url, workers=args.workers, timeout=timeout, isolate=not args.in_process)
     if failed:
@@ -161,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     storage_args(p, study_required=False)
     p.add_argument("--n-trials", type=int, help="trial budget of a new study (default: study.n_trials)")
     p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
-    p.add_argument("--workers", type=int, help="local worker processes (default: one per visible GPU, 1 on CPU)")
+    p.add_argument("--workers", type=int, help="local worker processes (default: one per visible GPU, 1 on CPU; "
+                                               "0: only create or resume the study, for workers started elsewhere)")
     p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
     p = add("worker", cmd_worker, "join an existing study and run trials until its budget is spent")
     p.add_argument("--study", required=True)

@@ -9,6 +9,7 @@ the right trial.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing.connection
 import os
 import signal
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 import optuna
 
-from hpo.execution.budget import tickets_of
+from hpo.execution.budget import BindOnStart, bind_ticket, tickets_of
 from hpo.execution.objective import Objective
 from hpo.execution.study import build_sampler, open_hpo_study
 from hpo.progress import TrialPrinter
@@ -61,15 +62,14 @@ def sampler_for_ticket(space: SearchSpace, serial: int) -> optuna.samplers.BaseS
 
 
 class GuardedObjective:
-    """Binds the trial to its ticket, names the worker, and leaves a verdict that says what
-    happened if the trial never reaches its own: `crashed: ...` if the process dies, `error: ...`
-    if the objective raises (Optuna then records FAIL)."""
+    """Names the worker and leaves a verdict that says what happened if the trial never reaches
+    its own: `crashed: ...` if the process dies, `error: ...` if the objective raises (Optuna then
+    records FAIL)."""
 
-    def __init__(self, objective: Objective, on_start: Callable[[optuna.Trial], None], worker: str):
-        self.objective, self.on_start, self.worker = objective, on_start, worker
+    def __init__(self, objective: Callable[[optuna.Trial], float | list[float]], worker: str):
+        self.objective, self.worker = objective, worker
 
     def __call__(self, trial: optuna.Trial):
-        self.on_start(trial)  # first: until the ticket is bound, a kill here costs one extra trial
         trial.set_user_attr("verdict", UNFINISHED)
         trial.set_user_attr("worker", self.worker)
         try:
@@ -84,18 +84,21 @@ class GuardedObjective:
 
 def run_one_trial(storage_url: str, study_name: str, serial: int, worker: str,
                   conn: multiprocessing.connection.Connection) -> None:
+    # Everything the forkserver imported moves to the GC's permanent generation: the trial's
+    # gc.collect() then walks only the trial's own objects (250 ms less here) and leaves the pages
+    # shared with the forkserver unwritten (docs.python.org/3/library/gc.html#gc.freeze).
+    gc.freeze()
     die_with_parent()
     die_with_worker(conn)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # hpo prints its own line per trial
-    study, space = open_hpo_study(open_storage(storage_url), study_name)
-    study.sampler = sampler_for_ticket(space, serial)
+    study, space = open_hpo_study(open_storage(storage_url, check_schema=False), study_name)
     tickets = tickets_of(study)
 
-    def started(trial: optuna.Trial) -> None:
-        tickets.bind(serial)
-        conn.send(trial._trial_id)
+    def started(trial_id: int) -> None:
+        bind_ticket(study, tickets, serial, trial_id)
+        conn.send(trial_id)  # from now on the worker can pin this process's death on the trial
 
-    objective = GuardedObjective(Objective(space), on_start=started, worker=worker)
-    study.optimize(objective, n_trials=1, callbacks=[TrialPrinter(tickets.state()[1])],
-                   gc_after_trial=False, catch=(Exception,))
+    study.sampler = BindOnStart(sampler_for_ticket(space, serial), on_start=started)
+    study.optimize(GuardedObjective(Objective(space), worker=worker), n_trials=1,
+                   callbacks=[TrialPrinter(tickets.state()[1])], gc_after_trial=False, catch=(Exception,))
     # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.

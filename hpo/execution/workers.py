@@ -9,6 +9,7 @@ safe even if the worker has initialised CUDA (plain fork is not).
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing
 import os
 import signal
@@ -18,8 +19,9 @@ import sys
 import time
 
 import optuna
+import sqlalchemy
 
-from hpo.execution.budget import has_running, recover, require_budget
+from hpo.execution.budget import BindOnStart, ClaimKeeper, bind_ticket, has_running, recover, require_budget
 from hpo.execution.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket
 from hpo.execution.objective import Objective
 from hpo.execution.study import open_hpo_study
@@ -33,6 +35,11 @@ from hpo.workloads.registry import BUILTIN_WORKLOADS
 STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
+# Imported once in the forkserver rather than in every trial process: torch and torch._dynamo (the
+# trainer and profiler import it lazily: about 4 s a child otherwise), and what opening an Optuna
+# storage imports lazily (alembic, the ORM, Optuna's models: about 0.5 s a child otherwise).
+PRELOAD = ["torch", "torch._dynamo", "torch.profiler._cupti_monitor", "optuna", "optuna.storages._rdb.models",
+           "alembic.migration", "sqlalchemy.orm", "hpo.execution.child"]
 
 
 def default_workers() -> int:
@@ -103,7 +110,8 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
         recover(study, tickets)
         serial = tickets.claim()
         if serial is not None:
-            run_one(serial)
+            with ClaimKeeper(study, tickets, serial) as keeper:
+                run_one(serial, keeper)
             ran += 1
         elif has_running(study) or tickets.pending():
             time.sleep(pause)
@@ -121,11 +129,16 @@ class InProcessTrials:
         self.study, self.space, self.tickets = study, space, tickets
         self.objective = Objective(space)
         self.printer = TrialPrinter(tickets.state()[1])
+        gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules
 
-    def __call__(self, serial: int) -> None:
-        self.study.sampler = sampler_for_ticket(self.space, serial)
-        objective = GuardedObjective(self.objective, on_start=lambda trial: self.tickets.bind(serial), worker=worker_name())
-        self.study.optimize(objective, n_trials=1, callbacks=[self.printer], gc_after_trial=True, catch=(Exception,))
+    def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
+        def started(trial_id: int) -> None:
+            bind_ticket(self.study, self.tickets, serial, trial_id)
+            keeper.bound(trial_id)
+
+        self.study.sampler = BindOnStart(sampler_for_ticket(self.space, serial), on_start=started)
+        self.study.optimize(GuardedObjective(self.objective, worker=worker_name()), n_trials=1,
+                            callbacks=[self.printer], gc_after_trial=True, catch=(Exception,))
 
 
 class ChildTrials:
@@ -133,21 +146,23 @@ class ChildTrials:
 
     def __init__(self, study: optuna.Study, storage_url: str, space: SearchSpace, tickets: TicketBudget):
         self.study, self.storage_url, self.tickets = study, storage_url, tickets
-        self.touch_every = liveness(study._storage)[0]
         self.startup_failures = 0
         self.context = multiprocessing.get_context("forkserver")
-        # Imported once in the forkserver, not once per trial: torch, Optuna, the workload, and
-        # torch._dynamo, which the trainer and profiler import lazily (about 4 s per child otherwise).
-        self.context.set_forkserver_preload(["torch", "torch._dynamo", "optuna", "hpo.execution.child", _workload_module(space)])
+        self.context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url)])
 
-    def __call__(self, serial: int) -> None:
+    def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
         args = (self.storage_url, self.study.study_name, serial, worker_name(), there)
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()
-        trial_id = self._wait_for_trial(here, serial)
+        try:
+            trial_id = here.recv()  # sent as soon as the trial exists
+        except EOFError:  # the child died before that
+            trial_id = None
+        else:
+            keeper.bound(trial_id)
         child.join()
         here.close()
         if trial_id is None:
@@ -157,14 +172,6 @@ class ChildTrials:
         if child.exitcode != 0:
             fail_crashed_trial(self.study, trial_id, crash_verdict(child.exitcode))
 
-    def _wait_for_trial(self, receiver, serial: int) -> int | None:
-        while not receiver.poll(self.touch_every):
-            self.tickets.touch(serial)  # still starting: keep the claim from looking abandoned
-        try:
-            return receiver.recv()
-        except EOFError:
-            return None
-
     def _no_trial(self, serial: int, exitcode: int) -> None:
         self.tickets.release(serial)  # the trial never started: its ticket goes back
         self.startup_failures += 1
@@ -173,6 +180,13 @@ class ChildTrials:
                 f"{MAX_STARTUP_FAILURES} trial processes in a row ended before their trial started "
                 f"(last: {crash_verdict(exitcode).removeprefix('crashed: ')}); see the errors above, or run `hpo worker --in-process`"
             )
+
+
+def _driver_modules(storage_url: str) -> list[str]:
+    """The SQLAlchemy dialect and database driver a storage URL needs (a name that is no module,
+    such as SQLite's "pysqlite", is skipped by the forkserver)."""
+    url = sqlalchemy.engine.make_url(storage_url)
+    return [url.get_dialect().__module__, url.get_driver_name()]
 
 
 def _workload_module(space: SearchSpace) -> str:

@@ -27,7 +27,9 @@ GRACE_ENV = "HPO_GRACE_PERIOD"
 
 
 def open_storage(url: str, *, create: bool = False, heartbeat_interval: int | None = None,
-                 grace_period: int | None = None) -> RDBStorage:
+                 grace_period: int | None = None, check_schema: bool = True) -> RDBStorage:
+    """`check_schema=False` skips Optuna's schema-version check (it reads alembic's migration
+    files: 50 ms), for a trial process whose worker opened the same storage already."""
     interval = heartbeat_interval or _seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_INTERVAL_S)
     grace = grace_period or _seconds_from_env(GRACE_ENV, GRACE_PERIOD_S)
     if grace <= interval:
@@ -48,10 +50,13 @@ def open_storage(url: str, *, create: bool = False, heartbeat_interval: int | No
                 heartbeat_stale_trial_callback=RetryWithRefund(),
                 engine_kwargs=_engine_kwargs(url),
                 skip_table_creation=not create,
+                skip_compatibility_check=not check_schema,
             )
     # RuntimeError: Optuna found tables of another Optuna version (its message says how to upgrade).
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
         raise UserInputError(f"storage {mask_password(url)}: {_reason(exc)}") from None
+    except optuna.exceptions.StorageInternalError as exc:  # Optuna's wrapper around a database error
+        raise UserInputError(f"storage {mask_password(url)}: {_reason(exc.__cause__ or exc)}") from None
 
 
 def liveness(storage) -> tuple[int, int]:

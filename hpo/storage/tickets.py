@@ -41,6 +41,7 @@ class TicketBudget:
     def create(self, budget: int) -> None:
         """Create the tables and this study's row (keeping an existing row's claims)."""
         _METADATA.create_all(self.engine, checkfirst=True)
+        _add_issued_column(self.engine)
         with self.engine.begin() as conn:
             row = conn.execute(sa.select(BUDGET.c.budget).where(self._budget_row)).first()
             if row is None:
@@ -121,3 +122,12 @@ class TicketBudget:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(BUDGET.c.claimed, BUDGET.c.budget).where(self._budget_row)).first()
         return (row.claimed, row.budget) if row else (0, 0)
+
+
+def _add_issued_column(engine: sa.Engine) -> None:
+    """Studies made by hpo before claim serials existed: add the column, counting past claims."""
+    if "issued" in {c["name"] for c in sa.inspect(engine).get_columns("hpo_budget")}:
+        return
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE hpo_budget ADD COLUMN issued INTEGER NOT NULL DEFAULT 0"))
+        conn.execute(BUDGET.update().values(issued=BUDGET.c.claimed))

@@ -83,11 +83,11 @@ def test_a_knob_that_ran_otherwise_is_rejected(monkeypatch):
 def test_working_but_much_slower_combination_is_flagged_with_its_ratio():
     """fp16 matmuls on a CPU without fp16 units run one to two orders of magnitude slower."""
     knobs = Knobs(precision="fp16", attention="eager", optimizer="fused")
-    result = probe(knobs, skip_slow=True, slow_ratio=3.0, d_model=256, seq_len=64, n_blocks=1)
+    result = probe(knobs, skip_slow=True, slow_ratio=3.0, d_model=384, seq_len=64, n_blocks=1)
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
         pytest.skip("this CPU has native fp16 matmuls")
     assert result.verdict.startswith("slow: "), result
     assert result.slowdown > 3.0
     assert f"{result.slowdown:.1f}x" in result.verdict
-    kept = probe(knobs, skip_slow=False, d_model=256, seq_len=64, n_blocks=1)
+    kept = probe(knobs, skip_slow=False, d_model=384, seq_len=64, n_blocks=1)
     assert kept.verdict == "ok" and kept.slowdown > 1.0  # measured and recorded, not skipped

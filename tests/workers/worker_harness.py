@@ -21,6 +21,7 @@ from hpo.storage.tickets import TicketBudget
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "workers"
+SECRET = "s3cret"  # a storage password that must never show
 # Short heartbeats, so that a killed worker's trial is failed within seconds, not half a minute.
 HEARTBEAT_S, GRACE_S = 1, 3
 

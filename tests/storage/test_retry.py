@@ -1,0 +1,83 @@
+"""A crashed or abandoned trial is failed with its cause and retried with the same parameters, up
+to the study's max_retries, and its ticket is refunded; on every storage."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+import yaml
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from hpo.execution.budget import recover, tickets_of
+from hpo.execution.study import create_or_resume
+from hpo.space.loader import load_space
+from hpo.storage.open import open_storage
+from hpo.storage.retry import fail_crashed_trial
+
+SPACE = {
+    "study": {"name": "retry", "sampler": {"name": "random"}, "n_trials": 3, "max_retries": 1},
+    "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2},
+    "params": {"lr": {"low": 1.0e-4, "high": 1.0e-2, "log": True}},
+}
+
+
+@pytest.fixture
+def study(storage_url, tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(SPACE))
+    create_or_resume(load_space(path), storage_url)
+    storage = open_storage(storage_url, heartbeat_interval=1, grace_period=2)
+    yield optuna.load_study(study_name="retry", storage=storage)
+    storage.engine.dispose()
+
+
+def _start_trial(study: optuna.Study) -> optuna.Trial:
+    """What a worker does: claim a ticket, ask (a waiting retry comes first), bind the ticket."""
+    tickets = tickets_of(study)
+    serial = tickets.claim()
+    trial = study.ask()
+    trial.suggest_float("lr", 1e-4, 1e-2, log=True)
+    tickets.bind(serial)
+    return trial
+
+
+def test_crashed_trial_is_retried_with_same_params_then_given_up(study, capsys):
+    first = _start_trial(study)
+    assert fail_crashed_trial(study, first._trial_id, "crashed: trial process died (signal SIGSEGV)")
+    assert not fail_crashed_trial(study, first._trial_id, "crashed: again")  # already failed: no second retry
+    failed, waiting = study.get_trials()
+    assert failed.state == TrialState.FAIL and failed.user_attrs["verdict"] == "crashed: trial process died (signal SIGSEGV)"
+    assert waiting.state == TrialState.WAITING and waiting.params == failed.params
+    assert waiting.user_attrs == {"retry_of": 0, "previous_verdict": failed.user_attrs["verdict"]}
+    assert tickets_of(study).state() == (0, 3)  # refunded: the retry does not eat into the budget
+
+    second = _start_trial(study)
+    assert second.number == waiting.number and second.params == failed.params
+    assert RetryHeartbeatStaleTrialCallback.retry_history(study.get_trials()[1]) == [0]
+    fail_crashed_trial(study, second._trial_id, "crashed: trial process died (signal SIGKILL)")
+    assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.FAIL]  # max_retries 1: no third run
+    assert tickets_of(study).state() == (1, 3)
+    assert "not retried: it ran 2 times (study.max_retries 1)" in capsys.readouterr().err
+
+
+def test_trial_without_heartbeats_is_failed_and_retried_by_any_worker(study):
+    trial = _start_trial(study)
+    study._storage.record_heartbeat(trial._trial_id)  # then its worker dies
+    time.sleep(3.1)  # the grace period, plus 1 s: MySQL's clock answers in whole seconds
+    recover(study, tickets_of(study))
+    stale, retry = study.get_trials()
+    assert stale.state == TrialState.FAIL and retry.state == TrialState.WAITING
+    assert retry.params == stale.params and retry.system_attrs["failed_trial"] == stale.number
+    assert tickets_of(study).state() == (0, 3)
+
+
+def test_max_retries_follows_the_space_file_when_resumed(storage_url, tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(SPACE))
+    create_or_resume(load_space(path), storage_url)
+    path.write_text(yaml.safe_dump({**SPACE, "study": {**SPACE["study"], "max_retries": 4}}))
+    study = create_or_resume(load_space(path), storage_url)
+    assert study.user_attrs["hpo:max_retries"] == 4
