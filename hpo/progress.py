@@ -33,6 +33,6 @@ class TrialPrinter:
         speed_text = f" {speed:.1f} samples/s" if isinstance(speed, float) else ""
         elapsed = time.perf_counter() - self.start
         _emit(
-            f"trial {trial.number + 1}/{self.total} {trial.state.name.lower()} [{attrs.get('verdict', trial.state.name.lower())}] "
+            f"trial #{trial.number} (budget {self.total}) {trial.state.name.lower()} [{attrs.get('verdict', trial.state.name.lower())}] "
             f"{values} {knob_text}{speed_text} ({elapsed:.0f} s elapsed)".replace("  ", " ")
         )

@@ -44,7 +44,8 @@ def find_trial(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTr
     trials = study.get_trials(deepcopy=False)
     match = [t for t in trials if t.number == number]
     if not match:
-        raise UserInputError(f"--trial {number}: study {study.study_name!r} has trials 0..{len(trials) - 1}")
+        have = f"trials 0..{len(trials) - 1}" if trials else "no trials yet"
+        raise UserInputError(f"--trial {number}: no such trial; study {study.study_name!r} has {have}")
     if "config" not in match[0].user_attrs:
         raise UserInputError(f"--trial {number}: the trial has no recorded config (state {match[0].state.name})")
     return match[0]

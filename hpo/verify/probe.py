@@ -111,6 +111,9 @@ def _compare(precision: str, loss: float, grads, ref_loss: float, ref_grads) -> 
 
 
 def _time_steps(result: ProbeResult, reference: AssembledModel, trial: AssembledModel, batch: Batch, config) -> None:
+    if config.knobs == REFERENCE_KNOBS:
+        result.slowdown = 1.0  # the reference itself: timing it against itself would only measure noise
+        return
     ref_ms = _fastest_step_ms(reference, batch, TIMED_STEPS, budget_ms=None)
     budget = ref_ms * config.slow_ratio
     trial_ms = _fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=budget)
