@@ -27,6 +27,8 @@ def toy_config(knobs: Knobs | None = None, *, max_steps: int = 6, eval_every: in
         objectives=("val_loss",),
         directions=("minimize",),
         device="cpu",
+        # Knob tests must not depend on this machine's speed (bf16 is emulated on some CPUs here).
+        skip_slow=False,
     )
 
 

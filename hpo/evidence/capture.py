@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 
 from torch.profiler import ProfilerActivity, profile
@@ -22,8 +24,15 @@ def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
         activities.append(ProfilerActivity.CUDA)
     # A dispatch mode would be traced into a compiled graph; compiled graphs report dtypes themselves.
     recorder = MatmulDtypeRecorder() if not assembled.knobs.compile else contextlib.nullcontext()
-    with profile(activities=activities) as prof, recorder:
-        yield evidence
+    prof = profile(activities=activities)
+    with _stderr_silenced():  # kineto prints "USDT ... profiler_start" from C++ on every start
+        prof.start()
+    try:
+        with recorder:
+            yield evidence
+    finally:
+        with _stderr_silenced():
+            prof.stop()
     events = prof.events()
     evidence.profiler_ops = {event.name for event in events}
     evidence.optimizer_ops = {event.name for event in events if _inside(event, "Optimizer.step#")}
@@ -43,3 +52,19 @@ def _inside(event, prefix: str) -> bool:
             return True
         parent = parent.cpu_parent
     return False
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null for a moment; Python-level errors are unaffected
+    because nothing else runs inside."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -4,6 +4,7 @@ resumed study still has the space it was created with."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 
 import optuna
@@ -23,7 +24,9 @@ N_TRIALS_ATTR = "hpo:n_trials"
 
 def _tpe(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
     extra = {} if spec.n_startup_trials is None else {"n_startup_trials": spec.n_startup_trials}
-    return optuna.samplers.TPESampler(seed=spec.seed, multivariate=True, group=True, **extra)
+    with warnings.catch_warnings():  # multivariate/group are "experimental" in Optuna, and stable in use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=spec.seed, multivariate=True, group=True, **extra)
 
 
 SAMPLERS: dict[str, Callable[[SamplerSpec], optuna.samplers.BaseSampler]] = {
