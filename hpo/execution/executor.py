@@ -68,7 +68,7 @@ def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, s
         if cached is None:
             probe = run_probe(workload, config, device)
             verdicts.put(key, {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]})
-            attrs.update(_probe_attrs(probe, cached=False))
+            attrs.update(_probe_attrs(probe))
             if not probe.ok:
                 attrs["knobs_observed"] = probe.observed
                 return TrialOutcome(verdict=probe.verdict, values=None, attrs=attrs)
@@ -103,10 +103,10 @@ def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, s
     return TrialOutcome(verdict="ok", values=[result.metrics[name] for name in config.objectives], attrs=attrs)
 
 
-def _probe_attrs(probe: ProbeResult, cached: bool) -> dict:
+def _probe_attrs(probe: ProbeResult) -> dict:
     return {
         "probe_s": probe.probe_s,
-        "probe_cached": cached,
+        "probe_cached": False,
         "probe_slowdown": probe.slowdown,
         "probe_loss_rel_err": probe.loss_rel_err,
         "probe_grad_rel_err": probe.grad_rel_err,

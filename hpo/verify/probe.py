@@ -60,7 +60,7 @@ def run_probe(workload: Workload, config: TrialConfig, device: torch.device) -> 
 
 
 def _probe(workload: Workload, config: TrialConfig, device: torch.device) -> ProbeResult:
-    batch = {k: v for k, v in next(workload.train_batches(config.training.batch_size, config.seed)).items()}
+    batch = next(workload.train_batches(config.training.batch_size, config.seed))
     seed_everything(config.seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
     ref_loss, ref_grads = _loss_and_grads(reference, reference.move(batch))
