@@ -5,6 +5,13 @@ on one line and exits 2 without touching the storage. `KnobUnavailable` and `Tri
 are verdicts about a trial: they are recorded on the trial, never printed as warnings.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from hpo.verdicts import Kind, Verdict
+
 
 class HpoError(Exception):
     """Base class for hpo's own errors."""
@@ -17,14 +24,21 @@ class UserInputError(HpoError):
 
 
 class KnobUnavailable(HpoError):
-    """A systems knob cannot run on this hardware or software stack (an `incompatible` verdict)."""
+    """A systems knob cannot run on this hardware or software stack (an `incompatible` verdict).
+
+    `detail` says why for people; `implicates` names the knob values to blame, e.g.
+    [("attention", "flash_attn")], so the sampler avoids exactly those."""
+
+    def __init__(self, detail: str, implicates: Iterable[tuple[str, Any]] = ()):
+        self.verdict = Verdict.make(Kind.INCOMPATIBLE, detail, implicates)
+        super().__init__(str(self.verdict))
 
 
 class TrialRejected(HpoError):
     """A trial stopped abnormally; `verdict` is the recorded reason (`diverged: ...`, `oom: ...`)."""
 
-    def __init__(self, verdict: str, observed: dict | None = None):
-        super().__init__(verdict)
+    def __init__(self, verdict: Verdict, observed: dict | None = None):
+        super().__init__(str(verdict))
         self.verdict = verdict
         self.observed = observed or {}
 

@@ -23,3 +23,10 @@ ensure_venv() {
     echo "$want" > "$stamp"
   fi
 }
+
+ensure_chromium() {
+  # Browser tests load hpo's pages in Debian's headless Chromium; they never skip, so install it.
+  if command -v chromium >/dev/null 2>&1; then return 0; fi
+  echo "installing chromium from Debian (once)" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+}

@@ -10,18 +10,26 @@ import torch
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-from hpo.config import Knobs, TrainingConfig, TrialConfig  # noqa: E402
+from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 
 TOY = "toy_workloads:Toy"
 
 
-def toy_config(knobs: Knobs | None = None, *, max_steps: int = 6, eval_every: int = 3, seed: int = 0,
-               compile_backend: str = "eager", **options) -> TrialConfig:
+def toy_config(
+    knobs: Knobs | None = None,
+    *,
+    max_steps: int = 6,
+    eval_every: int = 3,
+    seed: int = 0,
+    compile_backend: str = "eager",
+    **options,
+) -> TrialConfig:
     return TrialConfig(
         workload=TOY,
         workload_options=options,
-        training=TrainingConfig(lr=3e-3, batch_size=16, max_steps=max_steps, eval_every=eval_every,
-                                compile_backend=compile_backend),
+        training=TrainingConfig(
+            lr=3e-3, batch_size=16, max_steps=max_steps, eval_every=eval_every, compile_backend=compile_backend
+        ),
         knobs=knobs or Knobs(precision="fp32", attention="eager", optimizer="forloop"),
         seed=seed,
         objectives=("val_loss",),

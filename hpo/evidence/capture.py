@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 from torch.profiler import ProfilerActivity, profile
 
+from hpo.engine.assembly import AssembledModel
 from hpo.evidence.dispatch import MatmulDtypeRecorder
 from hpo.evidence.observe import StepEvidence
-from hpo.execution.assembly import AssembledModel
 
 
 @contextlib.contextmanager

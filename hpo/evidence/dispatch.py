@@ -13,9 +13,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 LAYER_OPS = frozenset({"mm", "addmm", "convolution", "_convolution", "mkldnn_rnn_layer"})
 ATTENTION_OPS = frozenset(
     {
-        "bmm", "baddbmm",
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "bmm",
+        "baddbmm",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
     }
 )
 

@@ -10,22 +10,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from hpo.config import Knobs
+from hpo.config.trial import Knobs
 from hpo.knobs.compile import GraphRecord
+from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, OptimizerEvidence
+from hpo.verdicts import Kind, Verdict
 
-DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-# Profiler op-name fragment -> the attention backend it proves ran. Order matters: specific first.
-ATTENTION_KERNEL_OPS = (
-    ("_scaled_dot_product_flash_attention", "sdpa_flash"),
-    ("_scaled_dot_product_efficient_attention", "sdpa_efficient"),
-    ("_scaled_dot_product_cudnn_attention", "sdpa_cudnn"),
-    ("_scaled_dot_product_attention_math", "sdpa_math"),
-    ("flash_attn", "flash_attn"),
-    ("xformers", "xformers"),
-    ("efficient_attention_forward", "xformers"),
-)
+def dtype_names() -> dict[str, str]:
+    """torch dtype name -> the precision value whose autocast dtype it is (from the registry)."""
+    return {spec.dtype: name for name, spec in PRECISION_SPECS.items()}
+
+
+def attention_kernel_ops() -> tuple[tuple[str, str], ...]:
+    """(profiler op-name fragment, the attention backend it proves ran), from the registry."""
+    return tuple((op, name) for name, spec in ATTENTION_SPECS.items() for op in spec.evidence_ops)
 
 
 @dataclass
@@ -53,59 +53,93 @@ def observed_knobs(ev: StepEvidence) -> dict:
     }
 
 
-def _precision(dtypes: Counter) -> str:
-    names = sorted({DTYPE_NAMES.get(d, d) for d in dtypes})
+def _precision(dtypes: Counter) -> str | None:
+    """None when no matmul-class kernel ran in view: nothing observed is recorded as nothing."""
+    known = dtype_names()
+    names = sorted({known.get(d, d) for d in dtypes})
     if not names:
-        return "unknown"
+        return None
     return names[0] if len(names) == 1 else "mixed(" + "+".join(names) + ")"
 
 
-def _attention(ops: Iterable[str], graphs: GraphRecord) -> str:
-    seen = sorted({backend for op in ops for frag, backend in ATTENTION_KERNEL_OPS if frag in op})
+def _attention(ops: Iterable[str], graphs: GraphRecord) -> str | None:
+    seen = sorted({backend for op in ops for frag, backend in attention_kernel_ops() if frag in op})
     if seen:
         return "+".join(seen)
     if graphs.sdpa_nodes:
         # The graph calls SDPA yet no fused SDPA kernel ran: it was lowered to its math decomposition.
         return "sdpa_math"
     softmax = any(op.endswith("softmax") for op in ops) or graphs.softmax_nodes > 0
-    return "eager" if softmax else "none"
+    return "eager" if softmax else None  # no attention kernel and no softmax: not observed
 
 
-def _optimizer(ops: Iterable[str], optimizer_module: str) -> str:
+def _optimizer(ops: Iterable[str], optimizer_module: str) -> str | None:
+    """The first optimizer value, by evidence rank, whose evidence the step shows; else the one
+    that leaves none (the plain for-loop). None when no optimizer step ran in view at all."""
     ops = set(ops)
-    if optimizer_module.startswith("apex."):
-        return "apex"
-    if any("_fused_adam" in op for op in ops):
-        return "fused"
-    if any(op.startswith("aten::_foreach_") and op != "aten::_foreach_add_" for op in ops):
-        return "foreach"  # fused AdamW also bumps step counters with _foreach_add_
-    return "forloop"
+    if not ops:
+        return None
+    ranked = sorted(OPTIMIZER_SPECS.values(), key=lambda spec: -spec.evidence.rank)
+    for spec in ranked:
+        if _shows(spec.evidence, ops, optimizer_module):
+            return spec.name
+    fallback = [spec.name for spec in ranked if not (spec.evidence.module_prefix or spec.evidence.ops)]
+    return fallback[0]
 
 
-def mismatches(requested: Knobs, observed: dict) -> list[str]:
-    """Each knob that the evidence shows did not run as requested, as 'knob: asked X, ran Y'."""
-    problems = []
-    want_precision = requested.precision
-    if observed["precision"] != want_precision:
-        problems.append(f"precision: asked {want_precision}, ran {observed['precision']}")
+def _shows(evidence: OptimizerEvidence, ops: set[str], optimizer_module: str) -> bool:
+    if evidence.module_prefix and optimizer_module.startswith(evidence.module_prefix):
+        return True
+    return any(frag in op and op not in evidence.except_ops for op in ops for frag in evidence.ops)
+
+
+class Mismatch(NamedTuple):
+    """A knob the evidence shows did not run as requested."""
+
+    knob: str
+    asked: object
+    ran: object
+
+    def __str__(self) -> str:
+        if self.knob == "compile":
+            return f"compile: asked {self.asked}, compiled graphs: {self.ran}"
+        if self.knob == "grad_scaler":
+            return f"grad_scaler: expected only with fp16, ran {self.ran}"
+        return f"{self.knob}: asked {self.asked}, ran {self.ran}"
+
+
+def mismatches(requested: Knobs, observed: dict) -> list[Mismatch]:
+    """Each knob that the evidence shows did not run as requested."""
+    found = []
+    # A knob nothing observed (None) contradicts nothing; it is recorded as null, never as a value.
+    if observed["precision"] is not None and observed["precision"] != requested.precision:
+        found.append(Mismatch("precision", requested.precision, observed["precision"]))
     att = observed["attention"]
-    if att != "none" and not _attention_matches(requested.attention, att):
-        problems.append(f"attention: asked {requested.attention}, ran {att}")
-    if observed["optimizer"] != requested.optimizer:
-        problems.append(f"optimizer: asked {requested.optimizer}, ran {observed['optimizer']}")
+    if att is not None and not _attention_matches(requested.attention, att):
+        found.append(Mismatch("attention", requested.attention, att))
+    if observed["optimizer"] is not None and observed["optimizer"] != requested.optimizer:
+        found.append(Mismatch("optimizer", requested.optimizer, observed["optimizer"]))
     if observed["grad_checkpointing"] != requested.grad_checkpointing:
-        problems.append(
-            f"grad_checkpointing: asked {requested.grad_checkpointing}, ran {observed['grad_checkpointing']}"
-        )
+        found.append(Mismatch("grad_checkpointing", requested.grad_checkpointing, observed["grad_checkpointing"]))
     if observed["compile"] != bool(requested.compile):
-        problems.append(f"compile: asked {requested.compile}, compiled graphs: {observed['compile']}")
-    if observed["grad_scaler"] != (requested.precision == "fp16"):
-        problems.append(f"grad_scaler: expected only with fp16, ran {observed['grad_scaler']}")
-    return problems
+        found.append(Mismatch("compile", requested.compile, observed["compile"]))
+    scaled = PRECISION_SPECS[requested.precision].scaled
+    if observed["grad_scaler"] != scaled:
+        found.append(Mismatch("grad_scaler", scaled, observed["grad_scaler"]))
+    return found
+
+
+def mismatch_verdict(kind: Kind, found: list[Mismatch], requested: Knobs, prefix: str = "") -> Verdict:
+    """The verdict for knobs that ran as something else; it implicates the knobs that did."""
+    knobs = requested.as_dict()
+    implicated = [(m.knob, knobs[m.knob]) for m in found if m.knob in knobs]
+    if any(m.knob == "grad_scaler" for m in found):
+        implicated.append(("precision", requested.precision))
+    return Verdict.make(kind, prefix + "; ".join(str(m) for m in found), dict(implicated).items())
 
 
 def _attention_matches(asked: str, ran: str) -> bool:
     kernels = set(ran.split("+"))
-    if asked == "sdpa":
-        return all(k.startswith("sdpa_") for k in kernels)
+    if asked == "sdpa":  # SDPA chooses its kernel: any of the pinnable SDPA kernels proves it ran
+        return all(name in ATTENTION_SPECS and ATTENTION_SPECS[name].sdpa_kernel for name in kernels)
     return kernels == {asked}

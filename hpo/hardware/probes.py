@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hpo import _imports
+from hpo import deps
 from hpo.errors import KnobUnavailable
 
 
@@ -84,23 +84,29 @@ def sdpa_kernel_runs(kernel: str, device: torch.device, dtype: torch.dtype) -> C
     return Capability(True)
 
 
+def sdpa_kernel_usable(kernel: str, device: torch.device) -> Capability:
+    """Whether the SDPA kernel runs here, tried in the dtype trials would give it: fp32 on a CPU,
+    bf16 on a GPU that has it (several fused kernels take no fp32), else fp32."""
+    low = torch.bfloat16 if device.type != "cpu" and bf16_supported(device).usable else torch.float32
+    return sdpa_kernel_runs(kernel, device, low)
+
+
+def flash_attn_arch_supported(device: torch.device) -> Capability:
+    cc = compute_capability(device)
+    if cc is not None and cc < (8, 0):
+        return Capability(False, f"flash-attn 2 needs compute capability >= 8.0, got {cc}")
+    return Capability(True)
+
+
 def package_usable(name: str, device: torch.device) -> Capability:
     """flash_attn / xformers / apex: installed, the real package, and on a device it supports."""
-    loaders = {
-        "flash_attn": _imports.flash_attn,
-        "xformers": _imports.xformers_ops,
-        "apex": _imports.nvidia_apex_optimizers,
-    }
     try:
-        loaders[name]()
+        deps.require(name)
     except KnobUnavailable as exc:
         return Capability(False, str(exc).removeprefix("incompatible: "))
     if device.type != "cuda":
         return Capability(False, f"{name} kernels are CUDA-only")
-    cc = compute_capability(device)
-    if name == "flash_attn" and cc is not None and cc < (8, 0):
-        return Capability(False, f"flash-attn 2 needs compute capability >= 8.0, got {cc}")
-    return Capability(True)
+    return flash_attn_arch_supported(device) if name == "flash_attn" else Capability(True)
 
 
 def fused_adamw_runs(device: torch.device) -> Capability:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 from collections.abc import Iterator
 
@@ -48,37 +47,6 @@ def trial_runtime(device: torch.device) -> Iterator[dict]:
             torch.backends.cudnn.allow_tf32,
             torch.backends.cudnn.benchmark,
         ) = saved
-
-
-class MemoryMeter:
-    """Peak memory of one trial. CUDA: the allocator's peak since reset. CPU: the largest resident
-    set sampled at the step's high-water marks (after forward, when activations are alive), so
-    it is this trial's own figure even when trials share a process (ru_maxrss never resets)."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.peak_bytes = device, 0
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-
-    def sample(self) -> None:
-        if self.device.type != "cuda":
-            self.peak_bytes = max(self.peak_bytes, _resident_bytes())
-
-    @property
-    def peak_mb(self) -> float:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        return self.peak_bytes / 2**20
-
-
-def _resident_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):  # not Linux: fall back to the process peak
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def synchronize(device: torch.device) -> None:

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from hpo import _imports
+from hpo import deps
 from hpo.errors import KnobUnavailable
+from hpo.knobs.registry import ATTENTION_SPECS, load, spec_for
 
 AttentionFn = Callable[..., torch.Tensor]
 
@@ -47,64 +48,49 @@ def eager_attention(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, 
 
 
 def sdpa_attention(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, scale=None):
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
-    )
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale)
 
 
 def flash_attn_attention(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, scale=None):
     if attn_mask is not None:
         # flash_attn_func has no arbitrary mask; padding needs flash_attn_varlen_func.
-        raise KnobUnavailable("incompatible: flash_attn takes no attention mask (this model passes one)")
-    out = _imports.flash_attn().flash_attn_func(
+        raise KnobUnavailable("flash_attn takes no attention mask (this model passes one)", [("attention", "flash_attn")])
+    out = deps.flash_attn().flash_attn_func(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, softmax_scale=scale, causal=is_causal
     )
     return out.transpose(1, 2)
 
 
 def xformers_attention(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, scale=None):
-    ops = _imports.xformers_ops()
+    ops = deps.xformers_ops()
     bias = ops.LowerTriangularMask() if is_causal else attn_mask
     if is_causal and attn_mask is not None:
-        raise KnobUnavailable("incompatible: xformers backend takes a causal or an explicit mask, not both")
+        raise KnobUnavailable("xformers backend takes a causal or an explicit mask, not both", [("attention", "xformers")])
     out = ops.memory_efficient_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias, p=dropout_p, scale=scale
     )
     return out.transpose(1, 2)
 
 
-ATTENTION_FUNCTIONS: dict[str, AttentionFn] = {
-    "eager": eager_attention,
-    "sdpa": sdpa_attention,
-    "sdpa_flash": sdpa_attention,
-    "sdpa_efficient": sdpa_attention,
-    "sdpa_cudnn": sdpa_attention,
-    "sdpa_math": sdpa_attention,
-    "flash_attn": flash_attn_attention,
-    "xformers": xformers_attention,
-}
-
-SDPA_KERNELS: dict[str, str] = {
-    "sdpa_flash": "FLASH_ATTENTION",
-    "sdpa_efficient": "EFFICIENT_ATTENTION",
-    "sdpa_cudnn": "CUDNN_ATTENTION",
-    "sdpa_math": "MATH",
-}
+# Derived from hpo.knobs.registry.ATTENTION_SPECS, where a backend is added. The builders named there
+# may live in this module (a circular import that is safe: they are defined above by now).
+ATTENTION_FUNCTIONS: dict[str, AttentionFn] = {name: load(spec.builder) for name, spec in ATTENTION_SPECS.items()}
+SDPA_KERNELS: dict[str, str] = {name: spec.sdpa_kernel for name, spec in ATTENTION_SPECS.items() if spec.sdpa_kernel}
 
 
 def attention_function(name: str) -> AttentionFn:
     """The attention callable for backend `name`; raises KnobUnavailable if its package is missing."""
-    if name == "flash_attn":
-        _imports.flash_attn()
-    elif name == "xformers":
-        _imports.xformers_ops()
-    return ATTENTION_FUNCTIONS[name]
+    spec = spec_for("attention", name)
+    if spec.needs.package:
+        deps.require(spec.needs.package)
+    return load(spec.builder)
 
 
 @contextlib.contextmanager
 def pinned_kernel(name: str) -> Iterator[None]:
     """Allow only the SDPA kernel `name` asks for; SDPA then fails loudly if that kernel cannot run."""
-    kernel = SDPA_KERNELS.get(name)
+    spec = ATTENTION_SPECS.get(name)
+    kernel = spec.sdpa_kernel if spec is not None else None
     if kernel is None:
         yield
         return

@@ -1,4 +1,5 @@
-"""Optimizer implementation knob. The algorithm is AdamW throughout; the knob picks the kernel path."""
+"""Optimizer implementation knob. The algorithm is AdamW throughout; the knob picks the kernel path.
+Which builder and which torch flags each path uses is in `hpo.knobs.registry.OPTIMIZER_SPECS`."""
 
 from __future__ import annotations
 
@@ -6,30 +7,35 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from hpo import _imports
+from hpo import deps
+from hpo.knobs.registry import OPTIMIZER_SPECS, load, spec_for
+
+__all__ = ["OPTIMIZER_BUILDERS", "apex_fused_adam", "build_optimizer", "torch_adamw"]
 
 OptimizerBuilder = Callable[..., torch.optim.Optimizer]
 
 
-def _torch_adamw(**impl: bool) -> OptimizerBuilder:
-    def build(params: Iterable, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **impl)
-
-    return build
+def torch_adamw(params: Iterable, *, lr: float, weight_decay: float, **flags: bool) -> torch.optim.Optimizer:
+    """torch's AdamW on the path `flags` (foreach=, fused=) selects."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **flags)
 
 
-def _apex_fused_adam(params: Iterable, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    optimizers = _imports.nvidia_apex_optimizers()
+def apex_fused_adam(params: Iterable, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """NVIDIA apex's FusedAdam in AdamW mode (decoupled weight decay)."""
+    optimizers = deps.require("apex")
     return optimizers.FusedAdam(params, lr=lr, weight_decay=weight_decay, adam_w_mode=True)
 
 
-OPTIMIZER_BUILDERS: dict[str, OptimizerBuilder] = {
-    "forloop": _torch_adamw(foreach=False, fused=False),
-    "foreach": _torch_adamw(foreach=True, fused=False),
-    "fused": _torch_adamw(fused=True),
-    "apex": _apex_fused_adam,
-}
+def _builder(name: str) -> OptimizerBuilder:
+    spec = OPTIMIZER_SPECS[name]
+    build, flags = load(spec.builder), dict(spec.torch_flags or ())
+    return lambda params, *, lr, weight_decay: build(params, lr=lr, weight_decay=weight_decay, **flags)
+
+
+OPTIMIZER_BUILDERS: dict[str, OptimizerBuilder] = {name: _builder(name) for name in OPTIMIZER_SPECS}
 
 
 def build_optimizer(impl: str, params: Iterable, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """The optimizer for implementation `impl` (a key of OPTIMIZER_SPECS) over `params`."""
+    spec_for("optimizer", impl)  # an unknown name raises an error listing the valid ones
     return OPTIMIZER_BUILDERS[impl](params, lr=lr, weight_decay=weight_decay)

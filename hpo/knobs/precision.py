@@ -1,23 +1,93 @@
-"""Precision knob: autocast dtype, and a GradScaler only for fp16."""
+"""The precision knob as a plugin, in Lightning's style: one object holds the autocast region, the
+fp16 GradScaler and the Lightning string together, so the loop never asks "is this fp16?".
+
+`precision_plugin(name, device_type)` parses the knob value once, from its spec in
+`hpo.knobs.registry.PRECISION_SPECS`: full precision is `Precision`, autocast is `MixedPrecision`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 
 import torch
+from torch import nn
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from hpo.knobs.registry import PRECISION_SPECS, spec_for
+
+__all__ = ["DTYPES", "MixedPrecision", "Precision", "precision_plugin"]
+
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, spec.dtype) for name, spec in PRECISION_SPECS.items()}
 
 
-def autocast(precision: str, device_type: str) -> contextlib.AbstractContextManager:
-    """The autocast region for `precision`; fp32 disables autocast rather than entering a no-op one."""
-    if precision == "fp32":
+class Precision:
+    """Full fp32 precision ("32-true"): no autocast region, no loss scaling."""
+
+    lightning = "32-true"
+    scaler: torch.amp.GradScaler | None = None
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        """The region forward runs in; fp32 enters none rather than a disabled autocast."""
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=DTYPES[precision])
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """The module as this precision trains it (mixed precision keeps fp32 weights)."""
+        return module
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def clip_gradients(self, module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+        """Clip the gradients' total norm to `max_norm` (0 or less: no clipping)."""
+        if max_norm > 0:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
 
 
-def grad_scaler(precision: str, device_type: str) -> torch.amp.GradScaler | None:
-    """fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none."""
-    if precision != "fp16":
-        return None
-    return torch.amp.GradScaler(device_type)
+class MixedPrecision(Precision):
+    """Autocast to `dtype` on `device_type`; with a `scaler`, the loss is scaled for backward and the
+    gradients unscaled before clipping and the step (which the scaler skips on inf/nan)."""
+
+    def __init__(self, dtype: torch.dtype, device_type: str, scaler: torch.amp.GradScaler | None = None):
+        self.dtype, self.device_type, self.scaler = dtype, device_type, scaler
+        self._unscaled: set[int] = set()  # optimizers unscaled since the scaler's last update
+
+    @property
+    def lightning(self) -> str:  # type: ignore[override]
+        return next(s.lightning for s in PRECISION_SPECS.values() if s.autocast and DTYPES[s.name] == self.dtype)
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def clip_gradients(self, module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+        self._unscale(optimizer)  # max_norm is in the loss's own units, not the scaled ones
+        super().clip_gradients(module, optimizer, max_norm)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is None:
+            optimizer.step()
+            return
+        self._unscale(optimizer)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        self._unscaled.discard(id(optimizer))
+
+    def _unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        # GradScaler allows one unscale_ per optimizer between updates; clipping may have done it.
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+
+def precision_plugin(name: str, device_type: str) -> Precision:
+    """The plugin for precision knob value `name` on `device_type` (parsed once, here)."""
+    spec = spec_for("precision", name)
+    if not spec.autocast:
+        return Precision()
+    # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.
+    scaler = torch.amp.GradScaler(device_type) if spec.scaled else None
+    return MixedPrecision(DTYPES[name], device_type, scaler)

@@ -1,19 +1,32 @@
-"""The allowed values of the five systems knobs: the one source the schema, the registries and the
-probes agree on (a test checks that each registry's keys match these)."""
+"""The allowed values of the five systems knobs, as the schema's Literal types. They are read from
+`hpo.knobs.registry`, the one place a knob value is defined (no torch is imported here either)."""
 
-from typing import Literal, get_args
+from typing import Literal
 
-Precision = Literal["fp32", "bf16", "fp16"]
-Attention = Literal[
-    "eager", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math", "flash_attn", "xformers"
+from hpo.knobs.registry import ATTENTION_SPECS, COMPILE_SPECS, KNOB_NAMES, OPTIMIZER_SPECS, PRECISION_SPECS
+
+__all__ = [
+    "ATTENTIONS",
+    "COMPILE_MODES",
+    "KNOB_NAMES",
+    "OPTIMIZER_IMPLS",
+    "PRECISIONS",
+    "PRECISION_ALIASES",
+    "Attention",
+    "CompileMode",
+    "OptimizerImpl",
+    "Precision",
 ]
-OptimizerImpl = Literal["forloop", "foreach", "fused", "apex"]
-CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
-PRECISIONS: tuple[str, ...] = get_args(Precision)
-ATTENTIONS: tuple[str, ...] = get_args(Attention)
-OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
-COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+PRECISIONS: tuple[str, ...] = tuple(PRECISION_SPECS)
+ATTENTIONS: tuple[str, ...] = tuple(ATTENTION_SPECS)
+OPTIMIZER_IMPLS: tuple[str, ...] = tuple(OPTIMIZER_SPECS)
+COMPILE_MODES: tuple[str, ...] = tuple(COMPILE_SPECS)
 
-PRECISION_ALIASES = {"none": "fp32", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-KNOB_NAMES = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
+# Literal[("a", "b")] is Literal["a", "b"]: built from the registry, so a new spec is a new allowed value.
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+Attention = Literal[ATTENTIONS]  # type: ignore[valid-type]
+OptimizerImpl = Literal[OPTIMIZER_IMPLS]  # type: ignore[valid-type]
+CompileMode = Literal[COMPILE_MODES]  # type: ignore[valid-type]
+
+PRECISION_ALIASES: dict[str, str] = {alias: spec.name for spec in PRECISION_SPECS.values() for alias in spec.aliases}

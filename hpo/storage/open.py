@@ -26,15 +26,23 @@ HEARTBEAT_ENV = "HPO_HEARTBEAT_INTERVAL"
 GRACE_ENV = "HPO_GRACE_PERIOD"
 
 
-def open_storage(url: str, *, create: bool = False, heartbeat_interval: int | None = None,
-                 grace_period: int | None = None, check_schema: bool = True) -> RDBStorage:
+def open_storage(
+    url: str,
+    *,
+    create: bool = False,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    check_schema: bool = True,
+) -> RDBStorage:
     """`check_schema=False` skips Optuna's schema-version check (it reads alembic's migration
     files: 50 ms), for a trial process whose worker opened the same storage already."""
     interval = heartbeat_interval or _seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_INTERVAL_S)
     grace = grace_period or _seconds_from_env(GRACE_ENV, GRACE_PERIOD_S)
     if grace <= interval:
-        raise UserInputError(f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
-                             f"or every trial looks dead between two heartbeats; e.g. 3x the interval")
+        raise UserInputError(
+            f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
+            f"or every trial looks dead between two heartbeats; e.g. 3x the interval"
+        )
     if create:
         ensure_sqlite_folder(url)
     else:
@@ -59,12 +67,6 @@ def open_storage(url: str, *, create: bool = False, heartbeat_interval: int | No
         raise UserInputError(f"storage {mask_password(url)}: {_reason(exc.__cause__ or exc)}") from None
 
 
-def liveness(storage) -> tuple[int, int]:
-    """(heartbeat interval, grace period) in seconds of an opened storage."""
-    backend = getattr(storage, "_backend", storage)
-    return backend.heartbeat_interval, backend.grace_period
-
-
 def _seconds_from_env(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
@@ -74,7 +76,9 @@ def _seconds_from_env(name: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise UserInputError(f"environment variable {name} must be a whole number of seconds >= 1, got {raw!r}; unset it for {default}")
+        raise UserInputError(
+            f"environment variable {name} must be a whole number of seconds >= 1, got {raw!r}; unset it for {default}"
+        )
     return value
 
 
@@ -83,7 +87,9 @@ def _require_sqlite_file(url: str) -> None:
         return
     path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
     if not path.is_file():
-        raise UserInputError(f"storage {url}: no such file {str(path)!r}; check --storage, or create a study with `hpo run SPACE.yaml`")
+        raise UserInputError(
+            f"storage {url}: no such file {str(path)!r}; check --storage, or create a study with `hpo run SPACE.yaml`"
+        )
 
 
 def _engine_kwargs(url: str) -> dict:
@@ -112,8 +118,10 @@ def _reason(exc: BaseException) -> str:
         return "holds no Optuna studies (it has no Optuna tables); check --storage, or create a study with `hpo run SPACE.yaml`"
     if "does not exist" in first or "Unknown database" in first:
         return f"{first}; create the database first (e.g. createdb NAME) or fix its name in --storage"
-    if any(s in first for s in ("Connection refused", "could not translate host", "resolve host", "Can't connect")) \
-            or "timeout" in first.lower():
+    if (
+        any(s in first for s in ("Connection refused", "could not translate host", "resolve host", "Can't connect"))
+        or "timeout" in first.lower()
+    ):
         return f"cannot connect ({first}); check host, port and that the server runs"
     if "Can't load plugin" in first or "Could not parse" in first:
         return f"not a database URL ({first}); use sqlite:///FILE.db, postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB"

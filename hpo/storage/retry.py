@@ -18,18 +18,17 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo.storage.optuna_compat import engine_of, storage_of
 from hpo.storage.tickets import TicketBudget
+from hpo.verdicts import Kind, Verdict
 
 # Study user attr holding the space file's `study.max_retries`, read when a trial crashes.
 MAX_RETRIES_ATTR = "hpo:max_retries"
 DEFAULT_MAX_RETRIES = 2
 # A running trial's verdict until it finishes: what a trial still says if its process vanished.
-UNFINISHED = "crashed: the trial's process stopped before the trial finished (no heartbeat within the grace period)"
-
-
-def engine_of(storage):
-    """The SQLAlchemy engine behind an Optuna RDB storage (Optuna wraps it in a cache layer)."""
-    return getattr(storage, "_backend", storage).engine
+UNFINISHED = str(
+    Verdict(Kind.CRASHED, "the trial's process stopped before the trial finished (no heartbeat within the grace period)")
+)
 
 
 class RetryWithRefund:
@@ -44,21 +43,29 @@ class RetryWithRefund:
         limit = self.max_retries if self.max_retries is not None else max_retries_of(study)
         cause = trial.user_attrs.get("verdict", UNFINISHED)
         if len(history) > limit:
-            print(f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         # Queue the retry before the refund: a ticket must never be claimable while its retry is
         # missing, or the ticket's trial samples fresh parameters and the retry is left stranded.
-        study.add_trial(optuna.trial.create_trial(
-            state=TrialState.WAITING,
-            params=trial.params,
-            distributions=trial.distributions,
-            user_attrs={"retry_of": history[0], "previous_verdict": cause},
-            system_attrs={"failed_trial": history[0], "retry_history": history},
-        ))
-        TicketBudget(engine_of(study._storage), study.study_name).refund()
-        print(f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})",
-              file=sys.stderr, flush=True)
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                params=trial.params,
+                distributions=trial.distributions,
+                user_attrs={"retry_of": history[0], "previous_verdict": cause},
+                system_attrs={"failed_trial": history[0], "retry_history": history},
+            )
+        )
+        TicketBudget(engine_of(storage_of(study)), study.study_name).refund()
+        print(
+            f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def max_retries_of(study: optuna.Study) -> int:
@@ -68,7 +75,7 @@ def max_retries_of(study: optuna.Study) -> int:
 def fail_crashed_trial(study: optuna.Study, trial_id: int, verdict: str) -> bool:
     """Mark a trial whose process died FAIL with `verdict` and queue its retry. False when the
     trial had already finished (it died after its last write) or another worker failed it first."""
-    storage = study._storage
+    storage = storage_of(study)
     try:
         # The verdict goes first: Optuna refuses any write to a finished trial.
         storage.set_trial_user_attr(trial_id, "verdict", verdict)

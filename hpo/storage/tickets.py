@@ -99,7 +99,9 @@ class TicketBudget:
         trial started. Returns how many tickets came back."""
         with self.engine.connect() as conn:
             now = conn.execute(sa.select(sa.func.now())).scalar_one()
-            rows = conn.execute(sa.select(CLAIMS.c.serial, CLAIMS.c.touched_at).where(CLAIMS.c.study_name == self.study_name)).all()
+            rows = conn.execute(
+                sa.select(CLAIMS.c.serial, CLAIMS.c.touched_at).where(CLAIMS.c.study_name == self.study_name)
+            ).all()
         # PostgreSQL answers with a time zone, the column stores none (as Optuna's heartbeats do).
         cutoff = now.replace(tzinfo=None) - timedelta(seconds=grace_period_s)
         return sum(self.release(row.serial, untouched_since=cutoff) for row in rows if row.touched_at < cutoff)

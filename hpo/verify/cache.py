@@ -7,15 +7,17 @@ import functools
 import hashlib
 import json
 from importlib import metadata
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from hpo import __version__
-from hpo.config import TrialConfig
+from hpo.config.trial import TrialConfig
 from hpo.hardware.probes import device_model
 
-VERDICT_PREFIX = "verdict:"
+# The stores live in a torch-free module (the sampler wrapper reads them); re-exported here.
+from hpo.verify.store import VERDICT_PREFIX, MemoryVerdicts, StudyVerdicts, VerdictStore
+
 _VERSIONED_PACKAGES = ("transformers", "flash-attn", "xformers", "apex")
 
 
@@ -28,6 +30,20 @@ def _package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def reference_key(config: TrialConfig, device: torch.device) -> str:
+    """The key of the fp32/eager/for-loop reference's step time for this model, batch and device:
+    measured once per study and shared, rather than re-timed for every knob combination."""
+    facts = {
+        "reference": True,
+        "workload": config.workload,
+        "workload_options": config.workload_options,
+        "batch_size": config.training.batch_size,
+        "device": device_model(device),
+        "versions": dict(_package_versions()),
+    }
+    return "reference-" + hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[str, Any]]:
@@ -46,36 +62,4 @@ def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[st
     return digest, facts
 
 
-class VerdictStore(Protocol):
-    def get(self, key: str) -> dict | None: ...
-
-    def put(self, key: str, record: dict) -> None: ...
-
-
-class StudyVerdicts:
-    """Verdicts kept as study user attributes, so optuna-dashboard shows them too."""
-
-    def __init__(self, study) -> None:
-        self.study = study
-
-    def get(self, key: str) -> dict | None:
-        return self.study.user_attrs.get(VERDICT_PREFIX + key)
-
-    def put(self, key: str, record: dict) -> None:
-        self.study.set_user_attr(VERDICT_PREFIX + key, record)
-
-    def all(self) -> dict[str, dict]:
-        return {k.removeprefix(VERDICT_PREFIX): v for k, v in self.study.user_attrs.items() if k.startswith(VERDICT_PREFIX)}
-
-
-class MemoryVerdicts:
-    """Per-process verdicts for `hpo train` and benchmarks."""
-
-    def __init__(self) -> None:
-        self.records: dict[str, dict] = {}
-
-    def get(self, key: str) -> dict | None:
-        return self.records.get(key)
-
-    def put(self, key: str, record: dict) -> None:
-        self.records[key] = record
+__all__ = ["VERDICT_PREFIX", "MemoryVerdicts", "StudyVerdicts", "VerdictStore", "reference_key", "verdict_key"]

@@ -3,6 +3,10 @@ against an fp32/eager/for-loop reference on the same batch and weights, then a f
 
 The verdict is `ok`, `incompatible: <why>` or `slow: <ratio>x ...`. Nothing is downgraded: the probe
 only decides whether the trial's own knobs may train.
+
+Cost: each model's compared step also updates it, so it doubles as the untimed step that creates
+the optimizer state before timing; the reference's step time is measured once per model, batch size
+and device and kept in the verdict store (the study's), so later probes time only the trial.
 """
 
 from __future__ import annotations
@@ -12,45 +16,55 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from hpo.config import Knobs, TrialConfig
+from hpo.config.trial import Knobs, TrialConfig
+from hpo.engine.assembly import AssembledModel
+from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
-from hpo.evidence.observe import mismatches, observed_knobs
-from hpo.execution.assembly import AssembledModel
+from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.runtime import seed_everything, synchronize
-from hpo.verify.classify import classify_failure
+from hpo.verdicts import Kind, Verdict
+from hpo.verify.cache import MemoryVerdicts, VerdictStore, reference_key
+from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
 from hpo.verify.tolerances import TOLERANCES
 from hpo.workloads.base import Batch, Workload
 
-REFERENCE_KNOBS = Knobs(precision="fp32", attention="eager", optimizer="forloop")
 TIMED_STEPS = 2
 
 
 @dataclass
 class ProbeResult:
-    verdict: str
+    verdict: Verdict
     loss_rel_err: float | None = None
     grad_rel_err: float | None = None
     slowdown: float | None = None
     reference_step_ms: float | None = None
     trial_step_ms: float | None = None
+    peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
     observed: dict = field(default_factory=dict)
     probe_s: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "ok"
+        return self.verdict.ok
 
     def record(self) -> dict:
-        return asdict(self)
+        """The cache's record: the verdict as its readable string, with what it implicates."""
+        record = asdict(self)
+        record["verdict"], record["implicates"] = str(self.verdict), self.verdict.implicated_record()
+        return record
 
 
-def run_probe(workload: Workload, config: TrialConfig, device: torch.device) -> ProbeResult:
+def run_probe(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore | None = None) -> ProbeResult:
+    """Probe the trial's knobs. `store` keeps the reference's step time between probes."""
     start = time.perf_counter()
     try:
-        result = _probe(workload, config, device)
+        result = _probe(workload, config, device, store if store is not None else MemoryVerdicts())
     except (KnobUnavailable, TrialRejected) as exc:
-        result = ProbeResult(verdict=str(exc))
+        result = ProbeResult(verdict=exc.verdict)
+    except NonFiniteLoss as exc:  # under these knobs the model overflows on a batch fp32 handles
+        detail = f"non-finite loss {exc.loss} under {config.knobs.precision}"
+        result = ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, detail, [("precision", config.knobs.precision)]))
     except (torch.OutOfMemoryError, MemoryError):
         raise  # out of memory is about this trial's size, not about the knobs: the trial records it
     except Exception as exc:  # noqa: BLE001 - any failure of the knobs is the verdict itself
@@ -59,87 +73,103 @@ def run_probe(workload: Workload, config: TrialConfig, device: torch.device) -> 
     return result
 
 
-def _probe(workload: Workload, config: TrialConfig, device: torch.device) -> ProbeResult:
+def _probe(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore) -> ProbeResult:
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
     seed_everything(config.seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
+    initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
     ref_loss, ref_grads = _loss_and_grads(reference, reference.move(batch))
     trial = AssembledModel(workload, config.knobs, config.training, device)
-    trial.model.load_state_dict(reference.model.state_dict())
+    trial.model.load_state_dict(initial)
+    # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
+    # optimizer path is observed in training, and recorded as null for a trial rejected here.
     with capture_step(trial) as evidence:
-        loss, grads = _loss_and_grads(trial, trial.move(batch))
-    result = _compare(config.knobs.precision, loss, grads, ref_loss, ref_grads)
+        loss, grads = _loss_and_grads(trial, trial.move(batch), update=False)
+    trial.optimizer_step()  # the compared step's update: it creates the optimizer state before timing
+    trial.check_scaler(step=0)
+    result = _compare(config.knobs, loss, grads, ref_loss, ref_grads)
     result.observed = observed_knobs(evidence)
-    problems = [p for p in mismatches(config.knobs, result.observed) if not p.startswith("optimizer")]
+    problems = mismatches(config.knobs, result.observed)
     if result.ok and problems:
-        result.verdict = "incompatible: ran other than asked: " + "; ".join(problems)
+        result.verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, config.knobs, prefix="ran other than asked: ")
     if result.ok:
-        _time_steps(result, reference, trial, batch, config)
+        _time_steps(result, reference, trial, batch, config, store)
+    result.peak_mem_mb = trial.memory.peak_mb
     return result
 
 
-def _loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:
+def _loss_and_grads(assembled: AssembledModel, batch: Batch, update: bool = True) -> tuple[float, list[torch.Tensor]]:
+    """The compared step: loss and unscaled gradients, kept before the step updates the model
+    (the update creates the optimizer state, so the step is also the timing's warm-up)."""
     # Dropout off: the comparison must see the same function. The model stays in eval mode for the
     # timed steps too, so a compiled model is not recompiled for train mode mid-measurement.
     assembled.model.eval()
-    loss = assembled.forward_backward(batch)
-    scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
-    grads = [
-        (p.grad.float() / scale) if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
-        for p in assembled.model.parameters()
-    ]
-    assembled.optimizer.zero_grad(set_to_none=True)
-    return loss.float().item(), grads
+    kept: list[torch.Tensor] = []
+
+    def keep_gradients() -> None:
+        scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
+        kept.extend(
+            (p.grad.detach().float() / scale) if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
+            for p in assembled.model.parameters()
+        )
+
+    loss = run_step(assembled, batch, step=0, update=update, before_update=keep_gradients)
+    return loss.float().item(), kept
 
 
-def _compare(precision: str, loss: float, grads, ref_loss: float, ref_grads) -> ProbeResult:
+def _compare(knobs: Knobs, loss: float, grads, ref_loss: float, ref_grads) -> ProbeResult:
+    precision = knobs.precision
+    overflow = [("precision", precision)]  # non-finite values: the model overflows this dtype
     if not torch.isfinite(torch.tensor(loss)):
-        return ProbeResult(verdict=f"incompatible: non-finite loss {loss} under {precision}")
+        return ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, f"non-finite loss {loss} under {precision}", overflow))
     if not all(torch.isfinite(g).all() for g in grads):
-        return ProbeResult(verdict=f"incompatible: non-finite gradients under {precision} (overflow)")
+        detail = f"non-finite gradients under {precision} (overflow)"
+        return ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, detail, overflow))
     loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-12)
     diff = torch.sqrt(sum(((g - r) ** 2).sum() for g, r in zip(grads, ref_grads)))
     norm = torch.sqrt(sum((r**2).sum() for r in ref_grads))
     grad_err = (diff / norm.clamp_min(1e-12)).item()
     tol = TOLERANCES[precision]
-    result = ProbeResult(verdict="ok", loss_rel_err=loss_err, grad_rel_err=grad_err)
+    result = ProbeResult(verdict=Verdict(Kind.OK), loss_rel_err=loss_err, grad_rel_err=grad_err)
     if loss_err > tol.loss:
-        result.verdict = f"incompatible: loss differs from fp32/eager by {loss_err:.3g} (tolerance {tol.loss} for {precision})"
+        detail = f"loss differs from fp32/eager by {loss_err:.3g} (tolerance {tol.loss} for {precision})"
+        result.verdict = Verdict.make(Kind.INCOMPATIBLE, detail, differing_from_reference(knobs))
     elif grad_err > tol.grad:
-        result.verdict = f"incompatible: gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})"
+        detail = f"gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})"
+        result.verdict = Verdict.make(Kind.INCOMPATIBLE, detail, differing_from_reference(knobs))
     return result
 
 
-def _time_steps(result: ProbeResult, reference: AssembledModel, trial: AssembledModel, batch: Batch, config) -> None:
+def _time_steps(result: ProbeResult, reference: AssembledModel, trial: AssembledModel, batch: Batch, config, store) -> None:
     if config.knobs == REFERENCE_KNOBS:
         result.slowdown = 1.0  # the reference itself: timing it against itself would only measure noise
         return
-    ref_ms = _fastest_step_ms(reference, batch, TIMED_STEPS, budget_ms=None)
+    key = reference_key(config, trial.device)
+    ref_ms = (store.get(key) or {}).get("step_ms")
+    if ref_ms is None:
+        ref_ms = _fastest_step_ms(reference, batch, TIMED_STEPS, budget_ms=None)
+        store.put(key, {"step_ms": ref_ms})
     budget = ref_ms * config.slow_ratio
     trial_ms = _fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=budget)
-    trial.check_scaler(step=0)
     result.reference_step_ms, result.trial_step_ms = ref_ms, trial_ms
     result.slowdown = trial_ms / ref_ms
     if config.skip_slow and result.slowdown > config.slow_ratio:
-        result.verdict = (
-            f"slow: {result.slowdown:.1f}x the fp32/eager step time on this device "
+        detail = (
+            f"{result.slowdown:.1f}x the fp32/eager step time on this device "
             f"({trial_ms:.0f} ms vs {ref_ms:.0f} ms; limit {config.slow_ratio}x)"
         )
+        result.verdict = Verdict.make(Kind.SLOW, detail, differing_from_reference(config.knobs))
 
 
 def _fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float | None) -> float:
-    """Fastest of a few steps (noise only ever adds time), after one untimed step that creates the
-    optimizer state; stops early once a step exceeds `budget_ms`, since one warm step that slow
-    is proof enough."""
+    """Fastest of a few warm steps (noise only ever adds time); stops early once a step exceeds
+    `budget_ms`, since one warm step that slow is proof enough."""
     moved = assembled.move(batch)
-    assembled.forward_backward(moved)
-    assembled.optimizer_step()
     times = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         synchronize(assembled.device)
         start = time.perf_counter()
-        assembled.forward_backward(moved)
-        assembled.optimizer_step()
+        run_step(assembled, moved, step)
         synchronize(assembled.device)
         times.append(1000 * (time.perf_counter() - start))
         if budget_ms is not None and times[-1] > budget_ms:

@@ -17,7 +17,6 @@ the attention knob changes the kernel that runs.
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -25,17 +24,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from hpo.errors import UserInputError
+# Re-exported: user workloads import their options base from here.
+from hpo.workloads.options import WorkloadOptions, build_options
 
 Batch = dict[str, torch.Tensor]
 MoveFn = Callable[[Batch], Batch]
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkloadOptions:
-    """Base for a workload's options; subclasses add fields with defaults."""
-
-    seed: int = 0
+__all__ = ["Batch", "MoveFn", "Workload", "WorkloadOptions", "build_options"]
 
 
 class Workload(ABC):
@@ -43,9 +38,17 @@ class Workload(ABC):
 
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
     metrics: ClassVar[tuple[str, ...]] = ()
+    # The loop that trains it: "hpo" (hpo's own) or "lightning" (hpo.workloads.lightning).
+    trainer: ClassVar[str] = "hpo"
 
     def __init__(self, options: WorkloadOptions):
         self.options = options
+        self.hparams: dict[str, Any] = {}
+
+    def bind_training(self, hparams: Mapping[str, Any]) -> None:
+        """Called with the trial's training hyperparameters before any model is built; a workload
+        whose model needs them (a LightningModule builds its own optimizer) reads `self.hparams`."""
+        self.hparams = dict(hparams)
 
     @abstractmethod
     def build_model(self, attention: str) -> nn.Module: ...
@@ -65,17 +68,3 @@ class Workload(ABC):
 
     def samples_in(self, batch: Batch) -> int:
         return len(next(iter(batch.values())))
-
-
-def build_options(options_cls: type[WorkloadOptions], raw: Mapping[str, Any], where: str) -> WorkloadOptions:
-    """Construct `options_cls` from user keys, naming unknown keys and bad values."""
-    known = {f.name for f in dataclasses.fields(options_cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise UserInputError(
-            f"{where}.{unknown[0]}: unknown option for this workload; known options: {sorted(known)}"
-        )
-    try:
-        return options_cls(**raw)
-    except (TypeError, ValueError) as exc:
-        raise UserInputError(f"{where}: {exc}") from None

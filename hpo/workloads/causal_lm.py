@@ -7,7 +7,6 @@ import functools
 import math
 import sysconfig
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,33 +14,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpo.knobs.attention import attention_function
-from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
+from hpo.workloads.base import Batch, MoveFn, Workload
+from hpo.workloads.options.causal_lm import METRICS, CausalLMOptions
 
 # Fixed, version-stable modules: the corpus is the same files on every machine with this Python.
-CORPUS_MODULES = ("argparse", "collections/__init__", "dataclasses", "functools", "inspect", "json/decoder",
-                  "pathlib", "shutil", "subprocess", "textwrap", "threading", "typing")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CausalLMOptions(WorkloadOptions):
-    n_layers: int = 2
-    n_heads: int = 4
-    d_model: int = 128
-    seq_len: int = 128
-    dropout: float = 0.0
-    corpus_bytes: int = 400_000
-    val_fraction: float = 0.1
-    eval_batches: int = 8
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 < self.val_fraction < 0.5:
-            raise ValueError(f"val_fraction must be in (0, 0.5), got {self.val_fraction}")
-        if min(self.n_layers, self.seq_len, self.corpus_bytes, self.eval_batches) < 1:
-            raise ValueError("n_layers, seq_len, corpus_bytes and eval_batches must be >= 1")
+CORPUS_MODULES = (
+    "argparse",
+    "collections/__init__",
+    "dataclasses",
+    "functools",
+    "inspect",
+    "json/decoder",
+    "pathlib",
+    "shutil",
+    "subprocess",
+    "textwrap",
+    "threading",
+    "typing",
+)
 
 
 @functools.cache
@@ -89,7 +79,7 @@ class GPT(nn.Module):
 
 class CausalLM(Workload):
     Options = CausalLMOptions
-    metrics = ("val_loss", "val_perplexity")
+    metrics = METRICS
 
     def __init__(self, options: CausalLMOptions):
         super().__init__(options)
@@ -119,8 +109,6 @@ class CausalLM(Workload):
         span = self.options.seq_len + 1
         windows = self.val_data[: (len(self.val_data) // span) * span].view(-1, span)
         windows = windows[: self.options.eval_batches * 16]
-        total = sum(
-            self.training_loss(model, move({"tokens": chunk})).item() * len(chunk) for chunk in windows.split(16)
-        )
+        total = sum(self.training_loss(model, move({"tokens": chunk})).item() * len(chunk) for chunk in windows.split(16))
         loss = total / len(windows)
         return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}

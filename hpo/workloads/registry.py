@@ -1,22 +1,36 @@
-"""Workload name -> factory. Built-ins are imported lazily (transformers is slow to import);
-a user's own workload is `package.module:factory`, imported only because the user wrote it."""
+"""Workload name -> factory, and name -> options and metrics.
+
+A built-in workload's options and metrics live in a torch-free module (`hpo.workloads.options.<name>`),
+so checking a file (`hpo validate`) never imports torch or transformers; its model code is imported
+only to build it. A user's own workload is `package.module:Class`, imported because the user wrote it.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from hpo.errors import UserInputError
-from hpo.workloads.base import Workload, WorkloadOptions, build_options
+from hpo.workloads.options import WorkloadOptions, build_options
+
+if TYPE_CHECKING:
+    from hpo.workloads.base import Workload
+
+__all__ = ["BUILTIN_OPTIONS", "BUILTIN_WORKLOADS", "create_workload", "metrics_of", "parse_options", "resolve_factory"]
 
 BUILTIN_WORKLOADS: dict[str, str] = {
     "text_classification": "hpo.workloads.text_classification:TextClassification",
     "timeseries_classification": "hpo.workloads.timeseries_classification:TimeseriesClassification",
     "causal_lm": "hpo.workloads.causal_lm:CausalLM",
+    "causal_lm_lightning": "hpo.workloads.causal_lm_lightning:CausalLMLightning",
 }
+# Each module defines `Options` (the dataclass the workload class uses) and `METRICS`.
+BUILTIN_OPTIONS: dict[str, str] = {name: f"hpo.workloads.options.{name}" for name in BUILTIN_WORKLOADS}
 
 
-def resolve_factory(name: str) -> type[Workload]:
+def resolve_factory(name: str) -> type:
+    """The workload class (or factory) for a built-in name or a `package.module:Class` target."""
     target = BUILTIN_WORKLOADS.get(name, name)
     if ":" not in target:
         raise UserInputError(
@@ -24,28 +38,43 @@ def resolve_factory(name: str) -> type[Workload]:
             f"or 'package.module:factory' for your own"
         )
     module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserInputError(f"workload.name: cannot import {module_name!r} for workload {name!r}: {exc}") from None
-    factory = getattr(module, attr, None)
+    factory = getattr(_import(module_name, name), attr, None)
     if factory is None:
         raise UserInputError(f"workload.name: module {module_name!r} has no attribute {attr!r}")
     return factory
 
 
+def _import(module_name: str, name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserInputError(f"workload.name: cannot import {module_name!r} for workload {name!r}: {exc}") from None
+
+
+def _options_class(name: str) -> type[WorkloadOptions]:
+    if name in BUILTIN_OPTIONS:
+        return _import(BUILTIN_OPTIONS[name], name).Options
+    return getattr(resolve_factory(name), "Options", WorkloadOptions)
+
+
 def parse_options(name: str, raw: dict[str, Any]) -> WorkloadOptions:
-    factory = resolve_factory(name)
-    return build_options(getattr(factory, "Options", WorkloadOptions), raw, "workload")
+    """The workload's options dataclass from user keys; a built-in's without importing its model."""
+    return build_options(_options_class(name), raw, "workload")
+
+
+def metrics_of(name: str) -> tuple[str, ...]:
+    """The metrics the workload reports (empty when a user workload does not say)."""
+    if name in BUILTIN_OPTIONS:
+        return tuple(_import(BUILTIN_OPTIONS[name], name).METRICS)
+    return tuple(getattr(resolve_factory(name), "metrics", ()))
 
 
 def create_workload(name: str, raw_options: dict[str, Any]) -> Workload:
+    """Build the workload (imports its model code, and so torch)."""
+    from hpo.workloads.base import Workload  # torch: only when a workload is built
+
     factory = resolve_factory(name)
     workload = factory(parse_options(name, raw_options))
     if not isinstance(workload, Workload):
         raise UserInputError(f"workload.name: {name!r} built a {type(workload).__name__}, not an hpo Workload")
     return workload
-
-
-def metrics_of(name: str) -> tuple[str, ...]:
-    return tuple(getattr(resolve_factory(name), "metrics", ()))

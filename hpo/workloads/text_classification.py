@@ -14,16 +14,16 @@ import functools
 import logging
 from collections.abc import Iterator, Sequence
 from importlib import resources
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hpo import _imports
+from hpo import deps
 from hpo.errors import KnobUnavailable
 from hpo.knobs.attention import attention_function
-from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
+from hpo.workloads.base import Batch, MoveFn, Workload
+from hpo.workloads.options.text_classification import METRICS, TextClassificationOptions
 
 # Topics with fewer unique utterances (history 16, health 8) would leave a handful of validation
 # examples, too few to measure; they are dropped.
@@ -37,37 +37,15 @@ TINY_BERT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, int
 # hpo attention backend -> transformers attn_implementation. SDPA sub-kernels all map to "sdpa":
 # the executor pins the kernel around each step with hpo.knobs.attention.pinned_kernel.
 HF_ATTENTION: dict[str, str] = {
-    "eager": "eager", "sdpa": "sdpa", "sdpa_flash": "sdpa", "sdpa_efficient": "sdpa", "sdpa_cudnn": "sdpa",
-    "sdpa_math": "sdpa", "flash_attn": "flash_attention_2", "xformers": "hpo_xformers",
+    "eager": "eager",
+    "sdpa": "sdpa",
+    "sdpa_flash": "sdpa",
+    "sdpa_efficient": "sdpa",
+    "sdpa_cudnn": "sdpa",
+    "sdpa_math": "sdpa",
+    "flash_attn": "flash_attention_2",
+    "xformers": "hpo_xformers",
 }
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TextClassificationOptions(WorkloadOptions):
-    model: Literal["minilm", "tiny"] = "minilm"  # tiny: random 2-layer BERT, same tokenizer, for tests
-    # Every text is padded or truncated to this many tokens. Texts average 15 tokens and 6% exceed 32;
-    # 32 keeps a 2-core CPU MiniLM step near 0.5 s (64: about 0.9 s).
-    max_length: int = 32
-    dropout: float = 0.1  # hidden-state dropout
-    # Dropout on attention probabilities. Off by default: with it, torch's CPU SDPA runs only the math
-    # kernel (pinning sdpa_flash raises), so the attention knob would have nothing to choose on CPU.
-    attention_dropout: float = 0.0
-    n_train: int | None = None  # cap on training texts; None uses all (about 1500)
-    n_eval: int | None = None  # cap on validation texts; None uses all (about 370)
-    freeze_embeddings: bool = False
-
-    def __post_init__(self) -> None:
-        if self.model not in ("minilm", "tiny"):
-            raise ValueError(f"model must be 'minilm' or 'tiny', but got {self.model!r}")
-        if not 8 <= self.max_length <= 512:
-            raise ValueError(f"max_length must be in [8, 512] (BERT positions), but got {self.max_length}")
-        for name in ("dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), but got {getattr(self, name)}")
-        for name in ("n_train", "n_eval"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be a positive integer or null, but got {value}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +119,7 @@ def load_data(max_length: int, n_train: int | None, n_eval: int | None) -> TextD
     def take(parts: list[torch.Tensor], cap: int | None) -> tuple[Batch, tuple[str, ...]]:
         idx = torch.cat(parts)
         idx = idx[torch.randperm(len(idx), generator=g)][:cap]  # so a cap keeps every topic's share
-        batch = {"input_ids": encoded["input_ids"][idx], "attention_mask": encoded["attention_mask"][idx],
-                 "labels": labels[idx]}
+        batch = {"input_ids": encoded["input_ids"][idx], "attention_mask": encoded["attention_mask"][idx], "labels": labels[idx]}
         return batch, tuple(pairs[i][0] for i in idx.tolist())
 
     (train, train_texts), (val, eval_texts) = take(train_idx, n_train), take(eval_idx, n_eval)
@@ -154,8 +131,9 @@ def _xformers_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if attention_mask is not None:  # additive float mask from eager_mask; xformers wants a full-shape bias
         attention_mask = attention_mask.to(query.dtype).expand(*query.shape[:3], key.shape[2])
     causal = bool(getattr(module, "is_causal", False) if is_causal is None else is_causal) and attention_mask is None
-    out = attention_function("xformers")(query, key, value, attn_mask=attention_mask, is_causal=causal,
-                                         dropout_p=dropout, scale=scaling)
+    out = attention_function("xformers")(
+        query, key, value, attn_mask=attention_mask, is_causal=causal, dropout_p=dropout, scale=scaling
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -163,7 +141,7 @@ def _hf_attention(attention: str) -> str:
     if attention not in HF_ATTENTION:
         raise ValueError(f"attention must be one of {sorted(HF_ATTENTION)}, but got {attention!r}")
     if attention == "flash_attn":
-        _imports.flash_attn()  # before transformers, which would otherwise try a hub kernel instead
+        deps.flash_attn()  # before transformers, which would otherwise try a hub kernel instead
     elif attention == "xformers":
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -197,7 +175,7 @@ class TextClassification(Workload):
     """Topic classification of chat utterances with a BERT encoder from transformers."""
 
     Options = TextClassificationOptions
-    metrics = ("val_accuracy", "val_loss")
+    metrics = METRICS
 
     def __init__(self, options: TextClassificationOptions):
         super().__init__(options)
@@ -212,8 +190,10 @@ class TextClassification(Workload):
             torch.manual_seed(opts.seed)
             model = self._load(impl)
         if model.config._attn_implementation != impl:
-            raise KnobUnavailable(f"incompatible: attention={attention} asked transformers for {impl!r}, "
-                                  f"which set {model.config._attn_implementation!r}")
+            raise KnobUnavailable(
+                f"attention={attention} asked transformers for {impl!r}, which set {model.config._attn_implementation!r}",
+                [("attention", attention)],
+            )
         if opts.freeze_embeddings:
             model.base_model.embeddings.requires_grad_(False)
         return model
@@ -222,13 +202,18 @@ class TextClassification(Workload):
         from transformers import AutoModelForSequenceClassification, BertConfig
 
         opts, topics = self.options, self.data.topics
-        config = dict(num_labels=len(topics), id2label=dict(enumerate(topics)),
-                      hidden_dropout_prob=opts.dropout, attention_probs_dropout_prob=opts.attention_dropout)
+        config = dict(
+            num_labels=len(topics),
+            id2label=dict(enumerate(topics)),
+            hidden_dropout_prob=opts.dropout,
+            attention_probs_dropout_prob=opts.attention_dropout,
+        )
         if opts.model == "tiny":
             tiny = BertConfig(vocab_size=_tokenizer().vocab_size, **TINY_BERT, **config)
             return AutoModelForSequenceClassification.from_config(tiny, attn_implementation=impl)
         model, info = AutoModelForSequenceClassification.from_pretrained(
-            _model_path(), local_files_only=True, output_loading_info=True, attn_implementation=impl, **config)
+            _model_path(), local_files_only=True, output_loading_info=True, attn_implementation=impl, **config
+        )
         # Only the new classifier head may be missing; anything else means the encoder is not pretrained.
         missing = sorted(k for k in info["missing_keys"] if not k.startswith("classifier."))
         if missing or info["unexpected_keys"] or info["mismatched_keys"]:
@@ -259,7 +244,7 @@ class TextClassification(Workload):
         n = len(data["labels"])
         total_loss, correct = 0.0, 0
         for start in range(0, n, EVAL_BATCH_SIZE):
-            batch = move({key: value[start:start + EVAL_BATCH_SIZE] for key, value in data.items()})
+            batch = move({key: value[start : start + EVAL_BATCH_SIZE] for key, value in data.items()})
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
             total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
             correct += (logits.argmax(-1) == batch["labels"]).sum().item()

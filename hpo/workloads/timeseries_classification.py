@@ -29,14 +29,12 @@ from torch import nn
 
 from hpo.errors import UserInputError
 from hpo.knobs.attention import AttentionFn, attention_function
-from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
+from hpo.workloads.base import Batch, MoveFn, Workload
+from hpo.workloads.options.timeseries_classification import METRICS, TimeseriesOptions
 
 CLASSES = ("short", "flat", "long")
 EVAL_BATCH_SIZE = 256
 _CLIP = 5.0
-_INTEGER_MINIMA = {
-    "window": 2, "horizon": 1, "conv_channels": 1, "kernel_size": 1, "lstm_hidden": 1, "lstm_layers": 1, "attention_heads": 0
-}
 
 
 @functools.cache
@@ -71,8 +69,8 @@ class Series:
 def prepare(window: int, horizon: int, val_fraction: float) -> Series:
     """Features, tercile labels and the chronological split; shared by workloads with equal arguments."""
     dates, values = load_msft()
-    o, h, l, c, v = values.T
-    feats = np.stack([np.diff(np.log(c)), np.log(h / l)[1:], np.log(c / o)[1:], np.diff(np.log1p(v))], axis=1)
+    open_, high, low, c, v = values.T
+    feats = np.stack([np.diff(np.log(c)), np.log(high / low)[1:], np.log(c / open_)[1:], np.diff(np.log1p(v))], axis=1)
     close, dates, days = c[1:], dates[1:], len(c) - 1
     split = int(days * (1 - val_fraction))
     ends = np.arange(window - 1, days - horizon)
@@ -126,7 +124,7 @@ class SelfAttention(nn.Module):
 
 
 class CnnLstmClassifier(nn.Module):
-    def __init__(self, features: int, options: TimeseriesClassification.Options, attention_fn: AttentionFn):
+    def __init__(self, features: int, options: TimeseriesOptions, attention_fn: AttentionFn):
         super().__init__()
         o, p = options, options.dropout
         self.conv = nn.Sequential(
@@ -155,36 +153,10 @@ class TimeseriesClassification(Workload):
     Batches: {"x": (batch, window, 4) float32, "labels": (batch,) int64}.
     """
 
-    @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Options(WorkloadOptions):
-        window: int = 64
-        horizon: int = 5
-        conv_channels: int = 64
-        kernel_size: int = 5
-        lstm_hidden: int = 64
-        lstm_layers: int = 1
-        attention_heads: int = 4  # 0: no self-attention layer
-        dropout: float = 0.1
-        val_fraction: float = 0.2
+    Options = TimeseriesOptions
+    metrics = METRICS
 
-        def __post_init__(self) -> None:
-            for name, low in _INTEGER_MINIMA.items():
-                value = getattr(self, name)
-                if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                    raise ValueError(f"{name}: must be an integer >= {low}, but got {value!r}")
-            if not 0.0 <= self.dropout < 1.0:
-                raise ValueError(f"dropout: 0 <= dropout < 1 must hold, but got {self.dropout!r}")
-            if not 0.0 < self.val_fraction < 1.0:
-                raise ValueError(f"val_fraction: 0 < val_fraction < 1 must hold, but got {self.val_fraction!r}")
-            if self.attention_heads and self.lstm_hidden % self.attention_heads:
-                raise ValueError(
-                    f"attention_heads: must divide lstm_hidden, "
-                    f"but got lstm_hidden={self.lstm_hidden}, attention_heads={self.attention_heads}"
-                )
-
-    metrics = ("val_accuracy", "val_loss")
-
-    def __init__(self, options: Options):
+    def __init__(self, options: TimeseriesOptions):
         super().__init__(options)
         self.data = prepare(options.window, options.horizon, options.val_fraction)
 
@@ -208,9 +180,7 @@ class TimeseriesClassification(Workload):
         """Infinite; reshuffled every epoch; the last incomplete batch of an epoch is dropped."""
         ends = self.data.train_ends
         if not 1 <= batch_size <= len(ends):
-            raise UserInputError(
-                f"batch_size: 1 <= batch_size <= {len(ends)} (training windows) must hold, but got {batch_size}"
-            )
+            raise UserInputError(f"batch_size: 1 <= batch_size <= {len(ends)} (training windows) must hold, but got {batch_size}")
         generator = torch.Generator().manual_seed(seed)
         while True:
             order = ends[torch.randperm(len(ends), generator=generator)]

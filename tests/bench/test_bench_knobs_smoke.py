@@ -17,8 +17,26 @@ TINY = ["--option", "d_model=32", "--option", "n_layers=1", "--option", "seq_len
 @pytest.mark.slow
 def test_bench_knobs_writes_a_row_per_config(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(SCRIPT), "--steps", "4", "--repeats", "1", "--batch-size", "8", "--overhead-steps", "4",
-           "--configs", "fused,ckpt", "--no-skip-slow", "--device", "cpu", "--out", str(out), *TINY]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--steps",
+        "4",
+        "--repeats",
+        "1",
+        "--batch-size",
+        "8",
+        "--overhead-steps",
+        "4",
+        "--configs",
+        "fused,ckpt",
+        "--no-skip-slow",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        *TINY,
+    ]
     # --no-skip-slow: on a shared CPU a noisy probe could otherwise call a config "slow" and skip it.
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**os.environ, "KINETO_LOG_LEVEL": "5"})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -43,7 +61,11 @@ def test_bench_knobs_writes_a_row_per_config(tmp_path):
 
 
 def test_unknown_config_is_a_user_error(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--configs", "bf32", "--out", str(tmp_path / "x.json")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--configs", "bf32", "--out", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "unknown config 'bf32'" in proc.stderr and "bf16+fused" in proc.stderr

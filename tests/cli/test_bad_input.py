@@ -17,7 +17,6 @@ import optuna
 import pytest
 import sqlalchemy as sa
 import yaml
-
 from conftest import MYSQL_ADMIN, POSTGRES_ADMIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,15 +75,20 @@ def _require(server: str) -> None:
 
 def _existing_study(path: Path, space_file: Path) -> None:
     """A study made by `hpo run` with one finished trial, built directly to save a trial's time."""
-    from hpo.execution.study import create_or_resume
-    from hpo.space.loader import load_space
+    from hpo.config.space import load_space
+    from hpo.storage.optuna_compat import engine_of, storage_of
+    from hpo.study.create import create_or_resume
 
     study = create_or_resume(load_space(space_file), f"sqlite:///{path}")
-    study.add_trial(optuna.trial.create_trial(
-        params={"lr": 1e-3}, distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)},
-        value=0.5, user_attrs={"verdict": "ok", "config": {"format": 1}},
-    ))
-    study._storage._backend.engine.dispose()
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"lr": 1e-3},
+            distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)},
+            value=0.5,
+            user_attrs={"verdict": "ok", "config": {"format": 1}},
+        )
+    )
+    engine_of(storage_of(study)).dispose()
 
 
 def _cases(tmp: Path) -> dict[str, Case]:
@@ -107,45 +111,96 @@ def _cases(tmp: Path) -> dict[str, Case]:
 
     return {
         "missing file": Case(run(str(tmp / "missing.yaml"), fresh["a"]), "missing.yaml: no such file", [fresh["a"]]),
-        "malformed yaml": Case(run(space("malformed", "study: {name: x\n  n_trials: [1, 2\n"), fresh["b"]),
-                               "malformed.yaml: malformed YAML at line", [fresh["b"]]),
-        "unsafe yaml tag": Case(run(space("unsafe", f"study: !!python/object/apply:os.system ['touch {tmp}/pwned']\n"), fresh["m"]),
-                                "unsafe.yaml: malformed YAML at line 1", [fresh["m"], tmp / "pwned"]),
-        "unknown key": Case(run(space("unknown_key", _variant(study__colour="red")), fresh["c"]),
-                            "study.colour: unknown key", [fresh["c"]]),
-        "low > high": Case(run(space("low_high", _variant(params__lr={"low": 1e-2, "high": 1e-4})), fresh["d"]),
-                           "params.lr: low <= high must hold", [fresh["d"]]),
-        "negative step": Case(run(space("step", _variant(params__batch_size={"low": 8, "high": 32, "step": -8})), fresh["e"]),
-                              "params.batch_size.step must be > 0", [fresh["e"]]),
-        "unknown workload": Case(run(space("workload", _variant(workload__name="nosuch_workload")), fresh["f"]),
-                                 "workload.name: unknown workload 'nosuch_workload'; use one of", [fresh["f"]]),
-        "unknown knob value": Case(run(space("knob", _variant(systems__precision="fp64")), fresh["g"]),
-                                   "systems.precision: Input should be 'fp32', 'bf16' or 'fp16', got 'fp64'", [fresh["g"]]),
-        "unknown sampler": Case(run(space("sampler", _variant(study__sampler={"name": "annealing"})), fresh["h"]),
-                                "study.sampler.name: Input should be 'tpe', 'random', 'nsga2', 'cmaes' or 'gp', got 'annealing'",
-                                [fresh["h"]]),
-        "unreachable host": Case(["run", good, "--storage", f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:1/hpo"],
-                                 "cannot connect"),
-        "wrong password": Case(["run", good, "--storage", MYSQL_ADMIN.replace("root@", f"root:{SECRET}@") + "mysql"],
-                               "authentication failed", needs="mysql"),
-        "missing database": Case(["run", good, "--storage", f"postgresql+psycopg://postgres:{SECRET}@{pg_host}/{missing_db}"],
-                                 f'database "{missing_db}" does not exist; create the database first', needs="postgres"),
+        "malformed yaml": Case(
+            run(space("malformed", "study: {name: x\n  n_trials: [1, 2\n"), fresh["b"]),
+            "malformed.yaml: malformed YAML at line",
+            [fresh["b"]],
+        ),
+        "unsafe yaml tag": Case(
+            run(space("unsafe", f"study: !!python/object/apply:os.system ['touch {tmp}/pwned']\n"), fresh["m"]),
+            "unsafe.yaml: malformed YAML at line 1",
+            [fresh["m"], tmp / "pwned"],
+        ),
+        "unknown key": Case(
+            run(space("unknown_key", _variant(study__colour="red")), fresh["c"]), "study.colour: unknown key", [fresh["c"]]
+        ),
+        "low > high": Case(
+            run(space("low_high", _variant(params__lr={"low": 1e-2, "high": 1e-4})), fresh["d"]),
+            "params.lr: low <= high must hold",
+            [fresh["d"]],
+        ),
+        "negative step": Case(
+            run(space("step", _variant(params__batch_size={"low": 8, "high": 32, "step": -8})), fresh["e"]),
+            "params.batch_size.step must be > 0",
+            [fresh["e"]],
+        ),
+        "unknown workload": Case(
+            run(space("workload", _variant(workload__name="nosuch_workload")), fresh["f"]),
+            "workload.name: unknown workload 'nosuch_workload'; use one of",
+            [fresh["f"]],
+        ),
+        "unknown knob value": Case(
+            run(space("knob", _variant(systems__precision="fp64")), fresh["g"]),
+            "systems.precision: Input should be 'fp32', 'bf16' or 'fp16', got 'fp64'",
+            [fresh["g"]],
+        ),
+        "unknown sampler": Case(
+            run(space("sampler", _variant(study__sampler={"name": "annealing"})), fresh["h"]),
+            "study.sampler.name: Input should be 'tpe', 'random', 'nsga2', 'cmaes' or 'gp', got 'annealing'",
+            [fresh["h"]],
+        ),
+        "unreachable host": Case(
+            ["run", good, "--storage", f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:1/hpo"], "cannot connect"
+        ),
+        "wrong password": Case(
+            ["run", good, "--storage", MYSQL_ADMIN.replace("root@", f"root:{SECRET}@") + "mysql"],
+            "authentication failed",
+            needs="mysql",
+        ),
+        "missing database": Case(
+            ["run", good, "--storage", f"postgresql+psycopg://postgres:{SECRET}@{pg_host}/{missing_db}"],
+            f'database "{missing_db}" does not exist; create the database first',
+            needs="postgres",
+        ),
         "study with another space": Case(
-            ["run", space("other_space", _variant(params__lr={"low": 1e-5, "high": 1e-1})), "--storage", f"sqlite:///{existing}",
-             "--study", "bad-input"],
-            "study 'bad-input' exists with a different search space (differs in params)", [existing]),
+            [
+                "run",
+                space("other_space", _variant(params__lr={"low": 1e-5, "high": 1e-1})),
+                "--storage",
+                f"sqlite:///{existing}",
+                "--study",
+                "bad-input",
+            ],
+            "study 'bad-input' exists with a different search space (differs in params)",
+            [existing],
+        ),
         "export of a missing trial": Case(
-            ["export", "--study", "bad-input", "--storage", f"sqlite:///{existing}", "--trial", "99", "-o", str(tmp / "out.yaml")],
-            "--trial 99", [existing, tmp / "out.yaml"]),
+            [
+                "export",
+                "--study",
+                "bad-input",
+                "--storage",
+                f"sqlite:///{existing}",
+                "--trial",
+                "99",
+                "-o",
+                str(tmp / "out.yaml"),
+            ],
+            "--trial 99",
+            [existing, tmp / "out.yaml"],
+        ),
         "train of a newer config": Case(["train", str(newer)], "config format 99 is not supported"),
-        "worker for a missing study": Case(["worker", "--study", "nope", "--storage", f"sqlite:///{existing}"],
-                                           "study 'nope' not found", [existing]),
-        "best from a missing storage": Case(["best", "--study", "x", "--storage", f"sqlite:///{fresh['i']}"],
-                                            "no such file", [fresh["i"]]),
+        "worker for a missing study": Case(
+            ["worker", "--study", "nope", "--storage", f"sqlite:///{existing}"], "study 'nope' not found", [existing]
+        ),
+        "best from a missing storage": Case(
+            ["best", "--study", "x", "--storage", f"sqlite:///{fresh['i']}"], "no such file", [fresh["i"]]
+        ),
         "negative workers": Case(run(good, fresh["j"], "--workers", "-1"), "--workers must be >= 0", [fresh["j"]]),
         "zero trials": Case(run(good, fresh["k"], "--n-trials", "0"), "--n-trials must be >= 1, got 0", [fresh["k"]]),
-        "bad heartbeat setting": Case(run(good, fresh["l"]), "HPO_GRACE_PERIOD (5) must be larger than HPO_HEARTBEAT_INTERVAL (10)",
-                                      [fresh["l"]]),
+        "bad heartbeat setting": Case(
+            run(good, fresh["l"]), "HPO_GRACE_PERIOD (5) must be larger than HPO_HEARTBEAT_INTERVAL (10)", [fresh["l"]]
+        ),
     }
 
 
@@ -154,13 +209,19 @@ def outcomes(tmp_path_factory):
     """Start every case at once; yield {name: (case, completed process, digests before)}."""
     tmp = tmp_path_factory.mktemp("bad-input")
     cases = _cases(tmp)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
     started = {}
     for name, case in cases.items():
         before = {path: _digest(path) for path in case.untouched}
         case_env = dict(env, HPO_GRACE_PERIOD="5") if name == "bad heartbeat setting" else env
-        proc = subprocess.Popen([sys.executable, "-m", "hpo.cli", *case.argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=case_env, cwd=tmp)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hpo.app.cli", *case.argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=case_env,
+            cwd=tmp,
+        )
         started[name] = (case, proc, before)
     results = {}
     for name, (case, proc, before) in started.items():
@@ -170,10 +231,26 @@ def outcomes(tmp_path_factory):
 
 
 CASE_NAMES = [
-    "missing file", "malformed yaml", "unsafe yaml tag", "unknown key", "low > high", "negative step", "unknown workload",
-    "unknown knob value", "unknown sampler", "unreachable host", "wrong password", "missing database",
-    "study with another space", "export of a missing trial", "train of a newer config",
-    "worker for a missing study", "best from a missing storage", "negative workers", "zero trials", "bad heartbeat setting",
+    "missing file",
+    "malformed yaml",
+    "unsafe yaml tag",
+    "unknown key",
+    "low > high",
+    "negative step",
+    "unknown workload",
+    "unknown knob value",
+    "unknown sampler",
+    "unreachable host",
+    "wrong password",
+    "missing database",
+    "study with another space",
+    "export of a missing trial",
+    "train of a newer config",
+    "worker for a missing study",
+    "best from a missing storage",
+    "negative workers",
+    "zero trials",
+    "bad heartbeat setting",
 ]
 
 

@@ -13,23 +13,47 @@ import optuna
 import pytest
 import yaml
 
+from hpo.trial.records import check_trial_attrs
+
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {
-    "study": {"name": "e2e", "objectives": ["val_loss", "val_perplexity"], "directions": ["minimize", "minimize"],
-              "sampler": {"name": "tpe", "seed": 0, "n_startup_trials": 3}, "pruner": {"name": "none"}, "n_trials": 4},
-    "workload": {"name": "causal_lm", "max_steps": 8, "eval_every": 4, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                 "seq_len": 32, "corpus_bytes": 60000, "eval_batches": 2},
+    "study": {
+        "name": "e2e",
+        "objectives": ["val_loss", "val_perplexity"],
+        "directions": ["minimize", "minimize"],
+        "sampler": {"name": "tpe", "seed": 0, "n_startup_trials": 3},
+        "pruner": {"name": "none"},
+        "n_trials": 4,
+    },
+    "workload": {
+        "name": "causal_lm",
+        "max_steps": 8,
+        "eval_every": 4,
+        "d_model": 32,
+        "n_layers": 1,
+        "n_heads": 2,
+        "seq_len": 32,
+        "corpus_bytes": 60000,
+        "eval_batches": 2,
+    },
     "params": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": 8},
-    "systems": {"precision": ["fp32", "bf16"], "attention": ["eager", "sdpa"], "optimizer": ["forloop", "fused"],
-                "grad_checkpointing": [False, True], "compile": False},
+    "systems": {
+        "precision": ["fp32", "bf16"],
+        "attention": ["eager", "sdpa"],
+        "optimizer": ["forloop", "fused"],
+        "grad_checkpointing": [False, True],
+        "compile": False,
+    },
 }
 # Retraining on CPU with the same seed must give the same metric; the bound we hold ourselves to.
 REPRODUCTION_TOLERANCE = 1e-6
 
 
 def hpo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"), KINETO_LOG_LEVEL="5")
-    return subprocess.run([sys.executable, "-m", "hpo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), KINETO_LOG_LEVEL="5")
+    return subprocess.run(
+        [sys.executable, "-m", "hpo.app.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -49,6 +73,7 @@ def test_run_best_export_train(tmp_path):
     assert len(trials) == 4
     for t in trials:
         attrs = t.user_attrs
+        check_trial_attrs(attrs)  # every key declared in the one record schema, with its type
         assert set(attrs["knobs_requested"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
         assert attrs["config"]["systems"] == attrs["knobs_requested"]
         for key in ("verdict", "knobs_observed", "device", "torch_version", "hpo_version"):
@@ -59,6 +84,19 @@ def test_run_best_export_train(tmp_path):
             assert observed["grad_checkpointing"] == attrs["knobs_requested"]["grad_checkpointing"]
             assert attrs["train_samples_per_s"] > 0 and attrs["step_time_ms"] > 0 and attrs["n_params"] > 0
     assert study.metric_names == ["val_loss", "val_perplexity"]
+
+    table = hpo("best", "--study", "e2e", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith("Pareto front of study 'e2e'")
+    header = table.stdout.splitlines()[1].split()
+    assert header[:3] == ["trial", "val_loss", "val_perplexity"] and "samples/s" in header and "MFU" in header
+    within = hpo("best", "--study", "e2e", "--within", "1000", "--json", cwd=tmp_path)
+    trained = [t for t in trials if t.user_attrs["verdict"] == "ok"]
+    fastest = max(trained, key=lambda t: t.user_attrs["train_samples_per_s"])
+    assert [t["number"] for t in json.loads(within.stdout)] == [fastest.number]  # 1000%: every trial qualifies
+    top = hpo("export", "--study", "e2e", "--top", "2", "-o", "top", cwd=tmp_path)
+    assert top.returncode == 0, top.stderr
+    assert len(list((tmp_path / "top").glob("trial-*.yaml"))) == min(2, len(trained))
 
     best = hpo("best", "--study", "e2e", "--json", cwd=tmp_path)
     assert best.returncode == 0, best.stderr
@@ -71,7 +109,7 @@ def test_run_best_export_train(tmp_path):
     assert export.returncode == 0, export.stderr
     exported = yaml.safe_load(out.read_text())
     assert exported["systems"] == chosen["user_attrs"]["knobs_requested"]
-    assert exported["seed"] == 0 and exported["workload"]["name"] == "causal_lm"
+    assert exported["format"] == 2 and exported["study"]["seed"] == 0 and exported["workload"]["name"] == "causal_lm"
 
     train = hpo("train", str(out), "--json", cwd=tmp_path)
     assert train.returncode == 0, train.stderr

@@ -8,9 +8,10 @@ import types
 import pytest
 import torch
 
-from hpo import _imports
+from hpo import deps
+from hpo.app import doctor
 from hpo.errors import KnobUnavailable
-from hpo.hardware import doctor, probes
+from hpo.hardware import probes
 from hpo.hardware.runtime import trial_runtime
 
 CPU = torch.device("cpu")
@@ -27,7 +28,7 @@ def test_doctor_reports_what_runs_on_this_cpu():
     assert report["optimizer"]["fused"]["usable"] and not report["optimizer"]["apex"]["usable"]
     assert not report["precision"]["tf32"]["usable"]
     text = doctor.format_report(report)
-    assert "sdpa_efficient  no" in text and "fused           yes" in text
+    assert "sdpa_efficient      no" in text and "fused               yes" in text
 
 
 def test_bf16_on_an_old_gpu_is_reported_unusable(monkeypatch):
@@ -44,7 +45,7 @@ def test_tf32_needs_ampere(monkeypatch, cc, usable):
 
 
 def test_flash_attn_installed_on_a_pre_ampere_gpu_is_unusable(monkeypatch):
-    monkeypatch.setattr(_imports, "flash_attn", lambda: types.SimpleNamespace(flash_attn_func=None))
+    monkeypatch.setattr(deps, "flash_attn", lambda: types.SimpleNamespace(flash_attn_func=None))
     monkeypatch.setattr(probes, "compute_capability", lambda device: (7, 5))
     cap = probes.package_usable("flash_attn", FAKE_GPU)
     assert not cap.usable and "compute capability >= 8.0" in cap.why
@@ -59,12 +60,12 @@ def test_the_pypi_web_toolkit_named_apex_is_not_nvidia_apex(tmp_path, monkeypatc
     (package / "__init__.py").write_text("# a web toolkit that happens to be called apex\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "apex", raising=False)
-    _imports._import.cache_clear()
+    deps._import.cache_clear()
     try:
         with pytest.raises(KnobUnavailable, match="not NVIDIA apex"):
-            _imports.nvidia_apex_optimizers()
+            deps.nvidia_apex_optimizers()
     finally:
-        _imports._import.cache_clear()
+        deps._import.cache_clear()
 
 
 def test_cuda_trial_runtime_turns_on_tf32_and_benchmark_and_restores_them():
@@ -82,3 +83,16 @@ def test_device_model_names_the_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     assert probes.device_model(FAKE_GPU) == "NVIDIA H100 80GB HBM3"
     assert probes.device_model(CPU).startswith("cpu: ")
+
+
+def test_doctor_lists_samplers_and_pruners_and_why_one_cannot_run(monkeypatch):
+    from hpo.study import samplers
+
+    monkeypatch.setattr(samplers, "is_installed", lambda module: module != "cmaes")
+    report = doctor.capability_report(torch.device("cpu"))
+    assert set(report["sampler"]) == {"tpe", "random", "nsga2", "cmaes", "gp"}
+    assert report["sampler"]["cmaes"] == {"usable": False, "why": "needs cmaes: pip install cmaes"}
+    assert report["sampler"]["tpe"]["usable"] and set(report["pruner"]) == {"none", "median", "hyperband", "successive_halving"}
+    text = doctor.format_report(report)
+    assert "cmaes               no   needs cmaes: pip install cmaes" in text
+    assert report["peak_tflops"]["fp32"]["tflops"] > 0 and report["peak_tflops"]["fp32"]["source"].startswith("measured")

@@ -7,10 +7,10 @@ import pytest
 import torch
 from conftest import toy_config
 
-from hpo.config import Knobs
+from hpo.config.trial import Knobs
+from hpo.engine.assembly import AssembledModel
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
-from hpo.execution.assembly import AssembledModel
 from hpo.workloads.registry import create_workload
 
 CPU = torch.device("cpu")
@@ -63,7 +63,9 @@ def test_pinned_sdpa_kernel_that_cannot_run_here_raises(attention):
         one_step(Knobs(attention=attention, optimizer="fused"))
 
 
-@pytest.mark.parametrize("impl,marker", [("forloop", None), ("foreach", "aten::_foreach_addcdiv_"), ("fused", "aten::_fused_adamw_")])
+@pytest.mark.parametrize(
+    "impl,marker", [("forloop", None), ("foreach", "aten::_foreach_addcdiv_"), ("fused", "aten::_fused_adamw_")]
+)
 def test_optimizer_implementation_takes_its_path(impl, marker):
     evidence, observed, _ = one_step(Knobs(optimizer=impl))
     assert observed["optimizer"] == impl

@@ -7,7 +7,8 @@ import pytest
 import sqlalchemy as sa
 
 from hpo.errors import UserInputError
-from hpo.storage.open import open_storage, liveness
+from hpo.storage.open import open_storage
+from hpo.storage.optuna_compat import liveness
 from hpo.storage.urls import mask_password
 
 

@@ -11,11 +11,12 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from hpo.execution.budget import recover, tickets_of
-from hpo.execution.study import create_or_resume
-from hpo.space.loader import load_space
+from hpo.config.space import load_space
 from hpo.storage.open import open_storage
+from hpo.storage.optuna_compat import storage_of, trial_id_of
 from hpo.storage.retry import fail_crashed_trial
+from hpo.study.budget import recover, tickets_of
+from hpo.study.create import create_or_resume
 
 SPACE = {
     "study": {"name": "retry", "sampler": {"name": "random"}, "n_trials": 3, "max_retries": 1},
@@ -46,8 +47,8 @@ def _start_trial(study: optuna.Study) -> optuna.Trial:
 
 def test_crashed_trial_is_retried_with_same_params_then_given_up(study, capsys):
     first = _start_trial(study)
-    assert fail_crashed_trial(study, first._trial_id, "crashed: trial process died (signal SIGSEGV)")
-    assert not fail_crashed_trial(study, first._trial_id, "crashed: again")  # already failed: no second retry
+    assert fail_crashed_trial(study, trial_id_of(first), "crashed: trial process died (signal SIGSEGV)")
+    assert not fail_crashed_trial(study, trial_id_of(first), "crashed: again")  # already failed: no second retry
     failed, waiting = study.get_trials()
     assert failed.state == TrialState.FAIL and failed.user_attrs["verdict"] == "crashed: trial process died (signal SIGSEGV)"
     assert waiting.state == TrialState.WAITING and waiting.params == failed.params
@@ -57,7 +58,7 @@ def test_crashed_trial_is_retried_with_same_params_then_given_up(study, capsys):
     second = _start_trial(study)
     assert second.number == waiting.number and second.params == failed.params
     assert RetryHeartbeatStaleTrialCallback.retry_history(study.get_trials()[1]) == [0]
-    fail_crashed_trial(study, second._trial_id, "crashed: trial process died (signal SIGKILL)")
+    fail_crashed_trial(study, trial_id_of(second), "crashed: trial process died (signal SIGKILL)")
     assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.FAIL]  # max_retries 1: no third run
     assert tickets_of(study).state() == (1, 3)
     assert "not retried: it ran 2 times (study.max_retries 1)" in capsys.readouterr().err
@@ -65,7 +66,7 @@ def test_crashed_trial_is_retried_with_same_params_then_given_up(study, capsys):
 
 def test_trial_without_heartbeats_is_failed_and_retried_by_any_worker(study):
     trial = _start_trial(study)
-    study._storage.record_heartbeat(trial._trial_id)  # then its worker dies
+    storage_of(study).record_heartbeat(trial_id_of(trial))  # then its worker dies
     time.sleep(3.1)  # the grace period, plus 1 s: MySQL's clock answers in whole seconds
     recover(study, tickets_of(study))
     stale, retry = study.get_trials()

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from hpo.storage.open import open_storage
-from hpo.storage.retry import engine_of
+from hpo.storage.optuna_compat import engine_of
 from hpo.storage.tickets import TicketBudget
 
 
@@ -72,8 +72,11 @@ def test_budget_grows_but_never_shrinks_and_refunds_stop_at_zero(engine):
 
 def test_a_budget_table_from_before_claim_serials_is_upgraded_in_place(engine):
     with engine.begin() as conn:
-        conn.execute(sa.text("CREATE TABLE hpo_budget (study_name VARCHAR(512) PRIMARY KEY, "
-                             "budget INTEGER NOT NULL, claimed INTEGER NOT NULL)"))
+        conn.execute(
+            sa.text(
+                "CREATE TABLE hpo_budget (study_name VARCHAR(512) PRIMARY KEY, budget INTEGER NOT NULL, claimed INTEGER NOT NULL)"
+            )
+        )
         conn.execute(sa.text("INSERT INTO hpo_budget VALUES ('s', 5, 3)"))
     tickets = TicketBudget(engine, "s")
     tickets.create(5)  # what `hpo run` does when it resumes a study

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from optuna.trial import TrialState
 
+from hpo.trial.records import check_trial_attrs
 from worker_harness import (
     alive,
     create_study,
@@ -44,8 +45,9 @@ def _retry_of(trial, found):
 @pytest.mark.slow
 def test_trial_process_that_segfaults_is_recorded_and_retried_with_same_params(tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    space = space_file(tmp_path, n_trials=2, workload=CRASHY, misbehave="signal", signal="SIGSEGV",
-                       once=str(tmp_path / "crashed-once"))
+    space = space_file(
+        tmp_path, n_trials=2, workload=CRASHY, misbehave="signal", signal="SIGSEGV", once=str(tmp_path / "crashed-once")
+    )
     run = hpo("run", space, "--storage", url)
     assert run.returncode == 0, run.stderr[-3000:]
     found = trials(url)
@@ -55,6 +57,8 @@ def test_trial_process_that_segfaults_is_recorded_and_retried_with_same_params(t
     retry = _retry_of(crashed, found)
     assert retry.params == crashed.params and retry.user_attrs["retry_of"] == crashed.number
     assert retry.user_attrs["verdict"] == "ok"
+    for t in found:  # the crashed trial, its retry and the rest: all within the one record schema
+        check_trial_attrs(t.user_attrs)
     assert "retrying with the same parameters (retry 1 of 2)" in run.stderr
     _assert_budget_spent_exactly(url, 2, found)
 
@@ -84,8 +88,11 @@ def test_killed_worker_trial_is_retried_and_resumed_study_finishes_its_budget(st
     worker = start_worker(storage_url, "--in-process", log=tmp_path / "worker.log")
     try:
         wait_for(lambda: (tmp_path / "hung").exists(), timeout=120, what="a trial to hang")
-        (hung,) = wait_for(lambda: [t for t in trials(storage_url) if t.state == TrialState.RUNNING],
-                           timeout=30, what="the hanging trial in the storage")
+        (hung,) = wait_for(
+            lambda: [t for t in trials(storage_url) if t.state == TrialState.RUNNING],
+            timeout=30,
+            what="the hanging trial in the storage",
+        )
     finally:
         kill_group(worker)
 
@@ -112,9 +119,15 @@ def test_worker_killed_beside_another_loses_nothing_on_postgres(postgres_url, tm
     try:
         hung_pid = int(wait_for(lambda: marker.exists() and marker.read_text(), timeout=120, what="a trial to hang"))
         (victim,) = [w for w in workers if hung_pid in descendants(w.pid)]
-        (hung,) = wait_for(lambda: [t for t in trials(postgres_url) if t.state == TrialState.RUNNING
-                                    and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")],
-                           timeout=30, what="the hanging trial in the storage")
+        (hung,) = wait_for(
+            lambda: [
+                t
+                for t in trials(postgres_url)
+                if t.state == TrialState.RUNNING and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")
+            ],
+            timeout=30,
+            what="the hanging trial in the storage",
+        )
         doomed = descendants(victim.pid)
         victim.kill()  # the worker process only, not its group
         victim.wait(timeout=30)

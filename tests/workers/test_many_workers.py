@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
+from hpo.trial.records import check_trial_attrs
 from worker_harness import SECRET, STUDY, descendants, hpo, hpo_env, space_file, tickets, trials
 
 
@@ -19,6 +20,8 @@ def _assert_ran_exactly(storage_url: str, n_trials: int) -> list:
     found = trials(storage_url)
     assert [t.state for t in found] == [TrialState.COMPLETE] * n_trials, [t.state.name for t in found]
     assert all(t.user_attrs["verdict"] == "ok" for t in found), [t.user_attrs["verdict"] for t in found]
+    for t in found:
+        check_trial_attrs(t.user_attrs)
     # Each trial process seeds its sampler per ticket: one shared seed would repeat the parameters.
     assert len({t.params["lr"] for t in found}) == n_trials
     assert tickets(storage_url) == ((n_trials, n_trials), 0)
@@ -29,8 +32,13 @@ def _assert_ran_exactly(storage_url: str, n_trials: int) -> list:
 def test_four_workers_run_one_study_on_postgres_and_never_show_the_password(postgres_url, tmp_path):
     # The local server trusts its clients, so a password in the URL is accepted and ignored.
     url = postgres_url.replace("postgres@", f"postgres:{SECRET}@")
-    run = subprocess.Popen([sys.executable, "-m", "hpo.cli", "run", str(space_file(tmp_path, n_trials=8)), "--storage", url,
-                            "--workers", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=hpo_env())
+    run = subprocess.Popen(
+        [sys.executable, "-m", "hpo.app.cli", "run", str(space_file(tmp_path, n_trials=8)), "--storage", url, "--workers", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=hpo_env(),
+    )
     exposed, seen = set(), set()
     while run.poll() is None:  # workers get the URL in their environment, not on a command line `ps` shows
         below = descendants(run.pid)
@@ -46,11 +54,14 @@ def test_four_workers_run_one_study_on_postgres_and_never_show_the_password(post
     assert best["number"] in {t.number for t in found}
 
     report, exported = tmp_path / "report.html", tmp_path / "best.yaml"
-    readers = [hpo(*args, env=hpo_env(HPO_STORAGE=url)) for args in (
-        ["best", "--study", STUDY, "--storage", url, "--json"],
-        ["export", "--study", STUDY, "--storage", url, "-o", exported],
-        ["report", "--study", STUDY, "--storage", url, "-o", report],
-    )]
+    readers = [
+        hpo(*args, env=hpo_env(HPO_STORAGE=url))
+        for args in (
+            ["best", "--study", STUDY, "--storage", url, "--json"],
+            ["export", "--study", STUDY, "--storage", url, "-o", exported],
+            ["report", "--study", STUDY, "--storage", url, "-o", report],
+        )
+    ]
     assert all(r.returncode == 0 for r in readers), [r.stderr[-1000:] for r in readers]
     shown = out + err + "".join(r.stdout + r.stderr for r in readers) + report.read_text() + exported.read_text()
     assert SECRET not in shown and "postgres:***@" in err

@@ -9,11 +9,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpo.execution.budget import BindOnStart
-from hpo.execution.child import GuardedObjective, sampler_for_ticket
-from hpo.execution.workers import crash_verdict
-from hpo.space.loader import parse_space
+from hpo.config.space import parse_space
 from hpo.storage.retry import UNFINISHED
+from hpo.study.budget import BindOnStart
+from hpo.study.child import GuardedObjective, sampler_for_ticket
+from hpo.study.workers import crash_verdict
 
 
 def _run(objective) -> optuna.trial.FrozenTrial:
@@ -52,12 +52,18 @@ def test_a_trial_that_never_returns_keeps_the_crashed_placeholder():
     ],
 )
 def test_crash_verdict_names_the_cause(exitcode, verdict):
-    assert crash_verdict(exitcode) == verdict
+    assert str(crash_verdict(exitcode)) == verdict
 
 
 def test_each_ticket_seeds_its_own_sampler():
-    space = parse_space({"workload": {"name": "toy_workloads:Toy"}, "study": {"sampler": {"name": "random", "seed": 3}},
-                         "params": {"lr": {"low": 1e-4, "high": 1e-2}}}, source="test")
+    space = parse_space(
+        {
+            "workload": {"name": "toy_workloads:Toy"},
+            "study": {"sampler": {"name": "random", "seed": 3}},
+            "params": {"lr": {"low": 1e-4, "high": 1e-2}},
+        },
+        source="test",
+    )
 
     def first_lr(serial: int) -> float:
         study = optuna.create_study(sampler=sampler_for_ticket(space, serial))

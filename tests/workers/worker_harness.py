@@ -13,11 +13,11 @@ from pathlib import Path
 import optuna
 import yaml
 
-from hpo.execution.study import create_or_resume
-from hpo.space.loader import load_space
+from hpo.config.space import load_space
 from hpo.storage.open import open_storage
-from hpo.storage.retry import engine_of
+from hpo.storage.optuna_compat import engine_of
 from hpo.storage.tickets import TicketBudget
+from hpo.study.create import create_or_resume
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "workers"
@@ -26,18 +26,38 @@ SECRET = "s3cret"  # a storage password that must never show
 HEARTBEAT_S, GRACE_S = 1, 3
 
 
-def space_file(tmp_path: Path, n_trials: int, *, max_retries: int = 2, workload: str = "toy_workloads:Toy",
-               **options) -> Path:
+def space_file(tmp_path: Path, n_trials: int, *, max_retries: int = 2, workload: str = "toy_workloads:Toy", **options) -> Path:
     """A search space whose trials take about a second: a tiny toy model, two steps, fixed knobs."""
     space = {
-        "study": {"name": STUDY, "objectives": ["val_loss"], "directions": ["minimize"],
-                  "sampler": {"name": "random", "seed": 0}, "pruner": {"name": "none"},
-                  "n_trials": n_trials, "max_retries": max_retries, "skip_slow": False},
-        "workload": {"name": workload, "max_steps": 2, "eval_every": 2,
-                     "d_model": 8, "n_heads": 2, "seq_len": 8, "n_blocks": 1, **options},
+        "study": {
+            "name": STUDY,
+            "objectives": ["val_loss"],
+            "directions": ["minimize"],
+            "sampler": {"name": "random", "seed": 0},
+            "pruner": {"name": "none"},
+            "n_trials": n_trials,
+            "max_retries": max_retries,
+            "skip_slow": False,
+        },
+        "workload": {
+            "name": workload,
+            "max_steps": 2,
+            "eval_every": 2,
+            "d_model": 8,
+            "n_heads": 2,
+            "seq_len": 8,
+            "n_blocks": 1,
+            **options,
+        },
         "params": {"lr": {"low": 1.0e-4, "high": 1.0e-2, "log": True}, "batch_size": 8},
-        "systems": {"precision": "fp32", "attention": "eager", "optimizer": "forloop",
-                    "grad_checkpointing": False, "compile": False, "compile_backend": "eager"},
+        "systems": {
+            "precision": "fp32",
+            "attention": "eager",
+            "optimizer": "forloop",
+            "grad_checkpointing": False,
+            "compile": False,
+            "compile_backend": "eager",
+        },
     }
     path = tmp_path / f"space-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
@@ -47,7 +67,7 @@ def space_file(tmp_path: Path, n_trials: int, *, max_retries: int = 2, workload:
 def hpo_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tests" / "workers")]),
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "workers")]),
         OMP_NUM_THREADS="1",  # several trial processes share 2 cores: no thread oversubscription
         HPO_HEARTBEAT_INTERVAL=str(HEARTBEAT_S),
         HPO_GRACE_PERIOD=str(GRACE_S),
@@ -58,16 +78,27 @@ def hpo_env(**extra: str) -> dict[str, str]:
 
 
 def hpo(*args: str | Path, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hpo.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env or hpo_env(), cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "hpo.app.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or hpo_env(),
+        cwd=ROOT,
+    )
 
 
 def start_worker(storage_url: str, *extra: str, log: Path) -> subprocess.Popen:
     """`hpo worker` in its own session, so a test can kill it with its whole process group."""
     with open(log, "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "hpo.cli", "worker", "--study", STUDY, *extra],
-                                env=hpo_env(HPO_STORAGE=storage_url), stdout=out, stderr=subprocess.STDOUT,
-                                cwd=ROOT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "hpo.app.cli", "worker", "--study", STUDY, *extra],
+            env=hpo_env(HPO_STORAGE=storage_url),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
 
 
 def create_study(space: Path, storage_url: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from hpo import _imports
+from hpo import deps
 from hpo.errors import KnobUnavailable, UserInputError
 from hpo.knobs.attention import ATTENTION_FUNCTIONS, eager_attention, pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
@@ -57,14 +57,21 @@ def test_caps_and_batches_are_seeded():
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
     batch = next(workload.train_batches(8, seed=0))
-    assert set(batch) == {"input_ids", "attention_mask", "labels"} and batch["input_ids"].shape == (8, workload.options.max_length)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"} and batch["input_ids"].shape == (
+        8,
+        workload.options.max_length,
+    )
 
 
 @pytest.mark.parametrize(
     "raw, match",
-    [({"max_length": 4}, "max_length"), ({"dropout": 1.0}, "dropout"), ({"attention_dropout": -0.1}, "attention_dropout"),
-     ({"n_train": 0}, "n_train"),
-     ({"model": "bert-large"}, "model")],
+    [
+        ({"max_length": 4}, "max_length"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"attention_dropout": -0.1}, "attention_dropout"),
+        ({"n_train": 0}, "n_train"),
+        ({"model": "bert-large"}, "model"),
+    ],
 )
 def test_bad_options_name_the_rule_and_value(raw, match):
     with pytest.raises(UserInputError, match=match):
@@ -97,7 +104,7 @@ def test_attention_dropout_leaves_sdpa_only_the_math_kernel_on_cpu():
 
 @pytest.mark.parametrize("attention, module", [("flash_attn", "flash_attn"), ("xformers", "xformers")])
 def test_missing_attention_packages_are_unavailable(attention, module):
-    if _imports.is_installed(module):
+    if deps.is_installed(module):
         pytest.skip(f"{module} is installed")
     with pytest.raises(KnobUnavailable, match="incompatible"):
         tiny(n_train=16, n_eval=16).build_model(attention)
@@ -182,7 +189,8 @@ def test_minilm_loads_pretrained_weights_offline(monkeypatch):
     model = workload.build_model("sdpa")
     assert model.config._attn_implementation == "sdpa" and len(workload.checkpoint_blocks(model)) == 6
     with safe_open(f"{tc._model_path()}/model.safetensors", "pt") as checkpoint:
-        name = next(k for k in checkpoint.keys() if k.endswith("embeddings.word_embeddings.weight"))
+        keys = checkpoint.keys()  # a safetensors handle, not a dict
+        name = next(k for k in keys if k.endswith("embeddings.word_embeddings.weight"))
         torch.testing.assert_close(model.bert.embeddings.word_embeddings.weight, checkpoint.get_tensor(name))
     loss = workload.training_loss(model, next(workload.train_batches(16, seed=0)))
     loss.backward()

@@ -1,0 +1,67 @@
+"""`hpo dashboard`: optuna-dashboard on one study's storage, with hpo's input rules.
+
+optuna-dashboard's own `run_server` binds inside and lets a bad port surface as a traceback
+(`OverflowError`, `OSError: Address already in use`). Here the socket is bound first, so a bad port
+is one line and exit 2 before anything starts, and the WSGI app is served by a threading server
+that a Ctrl-C stops cleanly. The dashboard opens the storage like every reader of hpo: no table
+creation, and SQLite waits for a writer's lock (workers may still be writing) instead of failing.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from hpo import deps
+from hpo.errors import UserInputError
+from hpo.storage.open import load_study_or_none, open_storage
+from hpo.storage.optuna_compat import study_id_of
+from hpo.storage.urls import mask_password
+
+__all__ = ["serve_dashboard", "study_url"]
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow browser request never holds up Ctrl-C
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args) -> None:
+        pass  # one line per HTTP request would bury the URL the user needs
+
+
+def check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise UserInputError(f"--port must be between 1 and 65535, got {port}")
+
+
+def study_url(host: str, port: int, study_id: int | None) -> str:
+    base = f"http://{host}:{port}/dashboard"
+    return base if study_id is None else f"{base}/studies/{study_id}"
+
+
+def serve_dashboard(storage_url: str, study_name: str | None, host: str, port: int) -> None:
+    """Serve until Ctrl-C. Raises UserInputError for a bad port, host, storage or study name."""
+    check_port(port)
+    dashboard = deps.optuna_dashboard()
+    storage = open_storage(storage_url)
+    study_id = None
+    if study_name is not None:
+        study = load_study_or_none(storage, study_name)
+        if study is None:
+            raise UserInputError(f"study {study_name!r} not found in {mask_password(storage_url)}")
+        study_id = study_id_of(study)
+    try:
+        server = make_server(host, port, dashboard.wsgi(storage), server_class=_ThreadingServer, handler_class=_QuietHandler)
+    except OSError as exc:
+        reason = "already in use; choose another with --port" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise UserInputError(f"cannot listen on {host}:{port}: {reason}") from None
+    print(f"optuna-dashboard for {mask_password(storage_url)}: {study_url(host, port, study_id)}", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("dashboard stopped", file=sys.stderr)
+    finally:
+        server.server_close()

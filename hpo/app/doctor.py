@@ -1,0 +1,110 @@
+"""`hpo doctor`: the capability table, one row per knob value in `hpo.knobs.registry`, each checked
+against what its spec needs with the probes in `hpo.hardware.probes`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+import torch
+
+from hpo import __version__, deps
+from hpo.errors import KnobUnavailable
+from hpo.hardware import probes
+from hpo.hardware.peaks import peak_for
+from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, Needs
+from hpo.study.samplers import PRUNERS, sampler_requirements
+
+
+def capability_report(device: torch.device) -> dict:
+    """What runs on `device`: a row per knob value in the registry, plus samplers, pruners, peaks."""
+    precision = _rows(PRECISION_SPECS, device)
+    precision["tf32"] = _row(probes.tf32_supported(device))  # a matmul mode trials turn on, not a knob value
+    return {
+        "device": probes.device_model(device),
+        "device_type": device.type,
+        "compute_capability": probes.compute_capability(device),
+        "cuda_devices": torch.cuda.device_count() if probes.cuda_available() else 0,
+        "torch_version": torch.__version__,
+        "hpo_version": __version__,
+        "python": sys.version.split()[0],
+        "precision": precision,
+        "attention": _rows(ATTENTION_SPECS, device),
+        "optimizer": _rows(OPTIMIZER_SPECS, device),
+        "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
+        "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
+        "peak_tflops": _peaks(device),
+    }
+
+
+def _row(cap: probes.Capability) -> dict:
+    return {"usable": cap.usable, "why": cap.why}
+
+
+def _rows(specs: Mapping, device: torch.device) -> dict:
+    return {name: _row(usable(spec.name, spec.needs, device)) for name, spec in specs.items()}
+
+
+def usable(name: str, needs: Needs, device: torch.device) -> probes.Capability:
+    """Whether knob value `name` can run on `device`, checked in the order of its needs: a missing
+    package is named first, then a device its kernels do not exist for, then the probe's answer."""
+    if needs.package:
+        try:
+            deps.require(needs.package)
+        except KnobUnavailable as exc:
+            return probes.Capability(False, str(exc).removeprefix("incompatible: "))
+    if needs.devices and device.type not in needs.devices:
+        return probes.Capability(False, f"{name} kernels are {'/'.join(d.upper() for d in needs.devices)}-only")
+    if needs.probe:
+        return getattr(probes, needs.probe)(*needs.probe_args, device)
+    return probes.Capability(True)
+
+
+def _peaks(device: torch.device) -> dict:
+    """MFU's denominators here: published for known GPUs, measured (and cached) on a CPU."""
+    rows = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        peak = peak_for(device, precision, probes.device_model(device))
+        rows[precision] = None if peak is None else {"tflops": round(peak.tflops, 4), "source": peak.source}
+    return rows
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"device        {report['device']} ({report['device_type']}, {report['cuda_devices']} CUDA devices)",
+        f"software      torch {report['torch_version']}, hpo {report['hpo_version']}, python {report['python']}",
+    ]
+    for section in ("precision", "attention", "optimizer", "sampler", "pruner"):
+        lines.append(f"{section}:")
+        for name, cap in report[section].items():
+            mark = "yes" if cap["usable"] else "no "
+            lines.append(f"  {name:<20}{mark}  {cap['why']}".rstrip())
+    lines.append("peak TFLOP/s (MFU's denominator):")
+    for precision, peak in report["peak_tflops"].items():
+        lines.append(
+            f"  {precision:<20}" + ("unknown for this device" if peak is None else f"{peak['tflops']:g}  {peak['source']}")
+        )
+    for row in report.get("verdicts", []):
+        knobs = row["knobs"] or {}
+        shown = " ".join(f"{k}={v}" for k, v in knobs.items())
+        lines.append(f"verdict {row['key']}  {shown}  on {row['device']}: {row['verdict']}")
+    if "verdicts" in report and not report["verdicts"]:
+        lines.append("no verdicts cached in this study yet")
+    return "\n".join(lines)
+
+
+def verdict_rows(study) -> list[dict]:
+    """The study's cached verdicts: one row per knob set probed on some device."""
+    from hpo.verify.cache import StudyVerdicts
+
+    return [
+        {
+            "key": key,
+            "verdict": record.get("verdict"),
+            "slowdown": record.get("slowdown"),
+            "knobs": record.get("knobs"),
+            "device": record.get("device"),
+            "probe_s": record.get("probe_s"),
+        }
+        for key, record in sorted(StudyVerdicts(study).all().items())
+    ]

@@ -1,0 +1,90 @@
+"""The `hpo` command line's arguments: every subcommand, its flags and their help."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+from hpo import __version__
+
+__all__ = ["build_parser"]
+
+
+def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
+    """The `hpo` argument parser; `commands` maps each subcommand to the function that runs it."""
+    parser = argparse.ArgumentParser(prog="hpo", description="Systems-aware hyperparameter search for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"hpo {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    def storage_args(p, study_required: bool = True) -> None:
+        p.add_argument("--study", required=study_required, help="study name")
+        p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)")
+
+    p = add("validate", commands["validate"], "check a search-space file (an exported config is one)")
+    p.add_argument("space")
+    p = add("run", commands["run"], "create or resume a study and run its trials")
+    p.add_argument("space")
+    storage_args(p, study_required=False)
+    p.add_argument("--n-trials", type=int, help="trial budget of a new study (default: study.n_trials)")
+    p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="local worker processes (default: one per visible GPU, 1 on CPU; "
+        "0: only create or resume the study, for workers started elsewhere)",
+    )
+    p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
+    p = add("worker", commands["worker"], "join an existing study and run trials until its budget is spent")
+    p.add_argument("--study", required=True)
+    p.add_argument(
+        "--storage",
+        default=os.environ.get("HPO_STORAGE"),
+        help="SQLAlchemy URL of the study (default: $HPO_STORAGE, which keeps a password out of ps)",
+    )
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--in-process", action="store_true")
+    within_help = "the fastest trial whose first objective is within PCT percent of the best"
+    p = add("best", commands["best"], "show the best trials as a table (the Pareto front for several objectives)")
+    storage_args(p)
+    p.add_argument("--json", action="store_true", help="Optuna's study.best_trials among the trials that trained")
+    p.add_argument("--within", type=float, metavar="PCT", help=within_help)
+    p = add("export", commands["export"], "write a runnable config of one trial, or of the top K")
+    storage_args(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="trial number (default: best)")
+    which.add_argument("--within", type=float, metavar="PCT", help=within_help)
+    which.add_argument("--top", type=int, metavar="K", help="the K best trials (the Pareto front first), as DIR/trial-N.yaml")
+    p.add_argument("-o", "--output", required=True, help="a file, or a folder with --top")
+    p = add("probe", commands["probe"], "probe every knob combination of a space here, ranked by throughput (no training)")
+    p.add_argument("space")
+    storage_args(p, study_required=False)
+    p.add_argument("--json", action="store_true", help='[{"knobs", "verdict", "samples_per_s", "slowdown", "peak_mem_mb"}]')
+    p = add("enqueue", commands["enqueue"], "warm start: enqueue an exported config, or another study's K best, as next trials")
+    storage_args(p, study_required=False)
+    p.add_argument("config", nargs="?", help="a config with every value fixed, such as one written by `hpo export`")
+    p.add_argument("--from-study", help="enqueue this study's best configurations (with --to-study)")
+    p.add_argument("--to-study", help="the study to warm-start; created from --space, or from --from-study's space")
+    p.add_argument("--space", help="the search-space file of --to-study")
+    p.add_argument("--top", type=int, default=3, help="how many of --from-study's best (default 3)")
+    p.add_argument("--from-storage", help="storage URL of --from-study when it differs from --storage")
+    p = add("train", commands["train"], "retrain an exported config without Optuna")
+    p.add_argument("config")
+    p.add_argument("--json", action="store_true")
+    p = add("doctor", commands["doctor"], "hardware, software and which knobs are usable here")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    storage_args(p, study_required=False)
+    p = add("dashboard", commands["dashboard"], "start optuna-dashboard on 127.0.0.1")
+    storage_args(p, study_required=False)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p = add("report", commands["report"], "write a static HTML report with plots")
+    storage_args(p)
+    p.add_argument("-o", "--output", required=True)
+    return parser

@@ -1,0 +1,61 @@
+"""Choosing among a study's trials: the Pareto front as a table, and the fastest trial whose
+primary metric is within a given percent of the best ("give me the speed, keep the quality").
+
+Only trials that trained normally (verdict `ok`) are candidates: a rejected trial's recorded value
+is a placeholder and never a result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+
+from hpo.errors import UserInputError
+from hpo.study.ranking import trained_trials
+
+__all__ = ["fastest_within", "front_table", "trained_trials"]
+
+KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
+
+
+def fastest_within(study: optuna.Study, percent: float) -> FrozenTrial:
+    """The trial with the highest training throughput among those whose first objective is within
+    `percent` percent of the best value of that objective."""
+    if not percent >= 0:
+        raise UserInputError(f"--within must be a percentage >= 0, got {percent}")
+    trials = trained_trials(study)
+    if not trials:
+        raise UserInputError(f"study {study.study_name!r} has no completed trial with verdict ok yet")
+    minimize = study.directions[0] == StudyDirection.MINIMIZE
+    best = (min if minimize else max)(t.values[0] for t in trials)
+    slack = abs(best) * percent / 100
+    near = [t for t in trials if (t.values[0] <= best + slack if minimize else t.values[0] >= best - slack)]
+    return max(near, key=lambda t: (t.user_attrs.get("train_samples_per_s") or 0.0, -t.number))
+
+
+def front_table(trials: list[FrozenTrial], metric_names: list[str]) -> str:
+    """A plain-text table: trial, the objectives, samples/s, peak memory, MFU, the knobs."""
+    header = ["trial", *metric_names, "samples/s", "peak MB", "MFU", *KNOBS]
+    rows = [header] + [_row(t) for t in trials]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _row(trial: FrozenTrial) -> list[str]:
+    attrs = trial.user_attrs
+    knobs = attrs.get("knobs_requested") or {}
+    return [
+        str(trial.number),
+        *(f"{v:.5g}" for v in trial.values or ()),
+        _number(attrs.get("train_samples_per_s"), "{:.1f}"),
+        _number(attrs.get("peak_mem_mb"), "{:.0f}"),
+        _number(attrs.get("mfu"), "{:.2%}"),
+        *(str(knobs.get(k, "")) for k in KNOBS),
+    ]
+
+
+def _number(value, fmt: str) -> str:
+    return "-" if not isinstance(value, (int, float)) or not math.isfinite(value) else fmt.format(value)

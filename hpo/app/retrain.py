@@ -1,0 +1,18 @@
+"""Retrain a config file without Optuna (`hpo train`), with the same knob verification as a trial."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpo.config.resolve import load_config
+from hpo.config.trial import TrialConfig
+from hpo.trial.executor import TrialOutcome, execute
+from hpo.verify.cache import MemoryVerdicts
+
+__all__ = ["retrain"]
+
+
+def retrain(path: Path) -> tuple[TrialConfig, TrialOutcome]:
+    """Read and validate `path` (any config format, every value fixed), then train it."""
+    config = load_config(path)
+    return config, execute(config, MemoryVerdicts())

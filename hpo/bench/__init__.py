@@ -1,0 +1,1 @@
+"""Benchmarks as an importable package: the scripts under scripts/ call these."""

@@ -1,0 +1,73 @@
+"""A validated search space plus one value per searched key -> the frozen TrialConfig the executor
+sees. `hpo.study.suggest` supplies a trial's values; `hpo train` needs a file with every value fixed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpo.config.objectives import metric_direction
+from hpo.config.params import Fixed, describe
+from hpo.config.space import SearchSpace, load_space
+from hpo.config.trial import TRAINING_KEYS, Knobs, Target, TrainingConfig, TrialConfig
+from hpo.errors import UserInputError
+
+__all__ = ["build_config", "fixed_config", "load_config", "searched_keys"]
+
+
+def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs) -> TrialConfig:
+    """The config of one trial: `values` holds a value for every param of the space."""
+    spec = space.spec
+    training = TrainingConfig(
+        max_steps=spec.workload.max_steps,
+        eval_every=spec.workload.eval_every,
+        budget_s=spec.workload.budget_s,
+        eval_every_s=spec.workload.eval_every_s,
+        target=_target(spec),
+        compile_backend=spec.systems.compile_backend,
+        **{k: v for k, v in values.items() if k in TRAINING_KEYS},
+    )
+    return TrialConfig(
+        workload=spec.workload.name,
+        workload_options={**space.workload_options(), **{k: v for k, v in values.items() if k not in TRAINING_KEYS}},
+        training=training,
+        knobs=knobs,
+        seed=spec.study.seed,
+        objectives=tuple(spec.study.objectives),
+        directions=tuple(spec.study.directions),
+        device=spec.systems.device,
+        skip_slow=spec.study.skip_slow,
+        slow_ratio=spec.study.slow_ratio,
+    )
+
+
+def _target(spec) -> Target | None:
+    if spec.workload.target is None:
+        return None
+    (metric, value), study = next(iter(spec.workload.target.items())), spec.study
+    return Target(metric, float(value), metric_direction(metric, list(study.objectives), list(study.directions)))
+
+
+def searched_keys(space: SearchSpace) -> dict[str, Any]:
+    """Key path -> what the file searches there, for every param and knob that is not fixed."""
+    params = {f"params.{k}": spec for k, spec in space.params.items() if not isinstance(spec, Fixed)}
+    knobs = {f"systems.{k}": choices for k, choices in space.systems.items() if len(choices) > 1}
+    return {**params, **knobs}
+
+
+def fixed_config(space: SearchSpace) -> TrialConfig:
+    """The one config of a file whose every value is fixed (an export, or an edited one)."""
+    searched = searched_keys(space)
+    if searched:
+        path, what = next(iter(searched.items()))
+        raise UserInputError(
+            f"{space.source}: {path}: a config to train or enqueue holds one value per key, "
+            f"got {describe(what)}; write one value (or search it with `hpo run`)"
+        )
+    values = {name: spec.value for name, spec in space.params.items() if isinstance(spec, Fixed)}
+    return build_config(space, values, Knobs(**{name: choices[0] for name, choices in space.systems.items()}))
+
+
+def load_config(path: str | Path) -> TrialConfig:
+    """Read, validate and resolve a config file for `hpo train`."""
+    return fixed_config(load_space(path))

@@ -1,0 +1,127 @@
+"""The search-space file's schema, which an exported config shares. Validation happens here, at the
+boundary, with the user's key names."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hpo.knobs.values import KNOB_NAMES, PRECISION_ALIASES, Attention, CompileMode, OptimizerImpl, Precision
+
+SamplerName = Literal["tpe", "random", "nsga2", "cmaes", "gp"]
+PrunerName = Literal["none", "median", "hyperband", "successive_halving"]
+Direction = Literal["minimize", "maximize"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplerSpec(_Strict):
+    name: SamplerName = "tpe"
+    seed: int | None = 0
+    n_startup_trials: int | None = Field(default=None, ge=0)
+
+
+class PrunerSpec(_Strict):
+    name: PrunerName = "median"
+    n_warmup_steps: int | None = Field(default=None, ge=0)
+
+
+class StudySpec(_Strict):
+    name: str = Field(default="hpo-study", min_length=1, max_length=200)
+    objectives: list[str] = Field(default_factory=lambda: ["val_loss"], min_length=1)
+    directions: list[Direction] = Field(default_factory=lambda: ["minimize"], min_length=1)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    pruner: PrunerSpec = Field(default_factory=PrunerSpec)
+    n_trials: int = Field(default=20, ge=1)
+    timeout: float | None = Field(default=None, gt=0)
+    seed: int = 0
+    # A knob combination that works but runs this many times slower than fp32/eager is skipped.
+    skip_slow: bool = True
+    slow_ratio: float = Field(default=5.0, gt=1)
+    max_retries: int = Field(default=2, ge=0)
+
+    @model_validator(mode="after")
+    def _one_direction_per_objective(self) -> StudySpec:
+        if len(self.objectives) != len(self.directions):
+            raise ValueError(
+                f"needs one direction per objective, got {len(self.objectives)} objectives "
+                f"{self.objectives} and {len(self.directions)} directions {self.directions}"
+            )
+        return self
+
+
+class WorkloadSpec(BaseModel):
+    # Workload-specific options are extra keys; the workload's own options dataclass checks them.
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = Field(min_length=1)
+    max_steps: int = Field(default=100, ge=1)
+    eval_every: int = Field(default=50, ge=1)
+    # Seconds of training (see README: what counts) after which a trial stops, max_steps permitting.
+    budget_s: float | None = Field(default=None, gt=0)
+    # With a budget, trials evaluate at the same training-time marks (default budget_s / 4), so the
+    # pruner compares them at equal training time.
+    eval_every_s: float | None = Field(default=None, gt=0)
+    # Stop once an evaluation reaches it: {metric: value}, e.g. {val_loss: 2.0}.
+    target: dict[str, float] | None = None
+
+    @field_validator("target")
+    @classmethod
+    def _one_target(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is not None and len(value) != 1:
+            raise ValueError(f"a target names one metric and its value, e.g. {{val_loss: 2.0}}, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _marks_need_a_budget(self) -> WorkloadSpec:
+        if self.eval_every_s is not None and self.budget_s is None:
+            raise ValueError("eval_every_s sets evaluation marks within a time budget: set budget_s too, or use eval_every")
+        return self
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+class SystemsSpec(_Strict):
+    """Each knob is a scalar (fixed) or a list (searched)."""
+
+    precision: list[Precision] | Precision = "fp32"
+    attention: list[Attention] | Attention = "sdpa"
+    optimizer: list[OptimizerImpl] | OptimizerImpl = "fused"
+    grad_checkpointing: list[bool] | bool = False
+    compile: list[Literal[False] | CompileMode] | Literal[False] | CompileMode = False
+    # Not searched: inductor in real studies; tests and quick looks use the cheap "eager"/"aot_eager".
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
+    # Where trials run; not searched. "auto": the worker's GPU if there is one, else the CPU.
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _alias(cls, value: Any) -> Any:
+        fix = lambda v: PRECISION_ALIASES.get(v, v) if isinstance(v, str) else v
+        return [fix(v) for v in value] if isinstance(value, list) else fix(value)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _non_empty(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("a searched knob needs at least one value")
+        return value
+
+    def choices(self) -> dict[str, list]:
+        return {name: _as_list(getattr(self, name)) for name in KNOB_NAMES}
+
+
+class SpaceFile(_Strict):
+    """A search-space file; an exported config is one with every value fixed (and `format` set)."""
+
+    # Set by `hpo export`; a hand-written file may leave both out. space.py reads older formats.
+    format: Literal[2] | None = None
+    hpo_version: str | None = None
+    study: StudySpec = Field(default_factory=StudySpec)
+    workload: WorkloadSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+    systems: SystemsSpec = Field(default_factory=SystemsSpec)

@@ -1,0 +1,123 @@
+"""Read and validate a search-space file into a `SearchSpace`. An exported config is a search-space
+file with every value fixed (format 2), and an export of hpo 0.1 (format 1) is read as one. Every
+problem becomes a UserInputError naming the file, the key path, the rule and the value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from hpo import CONFIG_FORMAT, __version__
+from hpo.config import legacy
+from hpo.config.objectives import SYSTEM_METRICS
+from hpo.config.params import ParamSpec, check_training_param, parse_param
+from hpo.config.reading import first_error, read_yaml
+from hpo.config.schema import SpaceFile
+from hpo.config.trial import TRAINING_KEYS
+from hpo.errors import UserInputError
+from hpo.workloads.registry import metrics_of, parse_options
+
+__all__ = ["SearchSpace", "load_space", "parse_space"]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    source: str
+    raw: dict  # in the current format: what a study stores for its workers
+    spec: SpaceFile
+    params: dict[str, ParamSpec]
+    systems: dict[str, list]
+
+    @property
+    def study(self):
+        return self.spec.study
+
+    def workload_options(self) -> dict[str, Any]:
+        """The workload's own options from the file (its name and training lengths removed)."""
+        return dict(self.spec.workload.model_extra or {})
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What makes two files the same study: a resumed study must not change its space."""
+        return {
+            "workload": self.spec.workload.model_dump(),
+            "params": {k: repr(v) for k, v in sorted(self.params.items())},
+            "systems": self.systems,
+            "compile_backend": self.spec.systems.compile_backend,
+            "objectives": self.study.objectives,
+            "directions": self.study.directions,
+        }
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    return parse_space(read_yaml(Path(path)), source=str(path))
+
+
+def parse_space(raw: dict, source: str) -> SearchSpace:
+    """Validate an already-read space (from a file, or stored in a study for its workers)."""
+    try:
+        raw, where = _current_format(raw)
+        spec = SpaceFile.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise UserInputError(f"{source}: {first_error(exc, where)}") from None
+    except UserInputError as exc:
+        raise UserInputError(f"{source}: {exc}") from None
+    try:
+        params = {name: _parse_param(name, value, where) for name, value in spec.params.items()}
+        _check_workload(spec, params, where)
+    except UserInputError as exc:
+        raise UserInputError(f"{source}: {exc}") from None
+    return SearchSpace(source=source, raw=raw, spec=spec, params=params, systems=spec.systems.choices())
+
+
+def _current_format(raw: dict) -> tuple[dict, Callable[[str], str]]:
+    """The dict in today's format, and how to spell a key path of it in the user's own file."""
+    fmt = raw.get("format")
+    if fmt is None or (type(fmt) is int and fmt == CONFIG_FORMAT):
+        return raw, str
+    if type(fmt) is int and fmt == legacy.FORMAT_1:
+        return legacy.upgrade(raw)
+    raise UserInputError(
+        f"format: config format {fmt!r} is not supported by hpo {__version__} "
+        f"(reads formats 1 to {CONFIG_FORMAT}); upgrade hpo or re-export the trial"
+    )
+
+
+def _parse_param(name: str, raw: Any, where: Callable[[str], str]) -> ParamSpec:
+    path = where(f"params.{name}")
+    spec = parse_param(path, raw)
+    check_training_param(path, name, spec)
+    return spec
+
+
+def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:
+    name = spec.workload.name
+    options = dict(spec.workload.model_extra or {})
+    workload_params = {k: v for k, v in params.items() if k not in TRAINING_KEYS}
+    # Searched workload options are validated with their first candidate value.
+    probe_values = {k: _example(v) for k, v in workload_params.items()}
+    parse_options(name, {**options, **probe_values})
+    known = metrics_of(name)
+    unknown = [m for m in spec.study.objectives if known and m not in known and m not in SYSTEM_METRICS]
+    if unknown:
+        raise UserInputError(
+            f"{where('study.objectives')}: workload {name!r} reports {list(known)} and every trial "
+            f"{list(SYSTEM_METRICS)}, got {unknown}"
+        )
+    target = spec.workload.target or {}
+    if known and any(m not in known for m in target):
+        raise UserInputError(f"{where('workload.target')}: workload {name!r} reports {list(known)}, got {list(target)}")
+    if "time_to_target_s" in spec.study.objectives and not target:
+        raise UserInputError(
+            f"{where('study.objectives')}: time_to_target_s needs workload.target, e.g. target: {{val_loss: 2.0}}"
+        )
+
+
+def _example(spec: ParamSpec) -> Any:
+    for attr in ("value", "low"):
+        if hasattr(spec, attr):
+            return getattr(spec, attr)
+    return spec.choices[0]

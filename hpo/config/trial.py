@@ -1,0 +1,127 @@
+"""Frozen configs that the executor sees. Built only from a validated search space, by
+`hpo.config.resolve` (for `hpo train`, or a trial's values from `hpo.study.suggest`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpo import CONFIG_FORMAT, __version__
+from hpo.config.params import TRAINING_RULES
+
+__all__ = ["TRAINING_KEYS", "Knobs", "Target", "TrainingConfig", "TrialConfig"]
+
+# Hyperparameters a search space may set for the trainer; every other param is a workload option.
+TRAINING_KEYS = tuple(TRAINING_RULES)
+# Written into an export only when they differ, so an export's `systems` holds just the five knobs.
+_DEFAULT_COMPILE_BACKEND = "inductor"
+_DEFAULT_DEVICE = "auto"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """The five systems knobs of one trial. `compile` is False or an inductor mode name."""
+
+    precision: str = "fp32"
+    attention: str = "sdpa"
+    optimizer: str = "fused"
+    grad_checkpointing: bool = False
+    compile: bool | str = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Stop training when an evaluation of `metric` reaches `value` in `direction`."""
+
+    metric: str
+    value: float
+    direction: str = "minimize"
+
+    def reached(self, metrics: dict[str, float]) -> bool:
+        got = metrics[self.metric]
+        return got <= self.value if self.direction == "minimize" else got >= self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """Hyperparameters the trainer itself consumes; every other param goes to the workload."""
+
+    lr: float = 1e-3
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+    max_steps: int = 100
+    eval_every: int = 50
+    # The compile backend; tests use "eager"/"aot_eager" because inductor takes ~20 s on CPU.
+    compile_backend: str = _DEFAULT_COMPILE_BACKEND
+    budget_s: float | None = None
+    eval_every_s: float | None = None
+    target: Target | None = None
+
+    @property
+    def eval_marks_s(self) -> float | None:
+        """Seconds of training between evaluations in a time-budget trial; None: every eval_every steps."""
+        if self.budget_s is None:
+            return None
+        return self.eval_every_s or self.budget_s / 4
+
+    def params(self) -> dict[str, Any]:
+        """The values a search space sets under `params:`."""
+        return {key: getattr(self, key) for key in TRAINING_KEYS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialConfig:
+    """A complete, runnable config: what `hpo export` writes and `hpo train` reads."""
+
+    workload: str
+    workload_options: dict[str, Any] = field(default_factory=dict)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    knobs: Knobs = field(default_factory=Knobs)
+    seed: int = 0
+    objectives: tuple[str, ...] = ("val_loss",)
+    directions: tuple[str, ...] = ("minimize",)
+    device: str = _DEFAULT_DEVICE
+    skip_slow: bool = True
+    slow_ratio: float = 5.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A search-space file with every value fixed: `hpo validate`, `run` and `train` read it."""
+        training = self.training
+        systems: dict[str, Any] = self.knobs.as_dict()
+        if training.compile_backend != _DEFAULT_COMPILE_BACKEND:
+            systems["compile_backend"] = training.compile_backend
+        if self.device != _DEFAULT_DEVICE:
+            systems["device"] = self.device
+        study = {"objectives": list(self.objectives), "directions": list(self.directions), "seed": self.seed}
+        return {
+            "format": CONFIG_FORMAT,
+            "hpo_version": __version__,
+            "study": {**study, "skip_slow": self.skip_slow, "slow_ratio": self.slow_ratio},
+            "workload": {
+                "name": self.workload,
+                "max_steps": training.max_steps,
+                "eval_every": training.eval_every,
+                **_budget(training),
+                **self.workload_options,
+            },
+            "params": training.params(),
+            "systems": systems,
+        }
+
+
+def _budget(training: TrainingConfig) -> dict[str, Any]:
+    """The time budget and target keys of a file, written only when set."""
+    keys: dict[str, Any] = {}
+    if training.budget_s is not None:
+        keys["budget_s"] = training.budget_s
+    if training.eval_every_s is not None:
+        keys["eval_every_s"] = training.eval_every_s
+    if training.target is not None:
+        keys["target"] = {training.target.metric: training.target.value}
+    return keys

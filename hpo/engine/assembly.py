@@ -1,0 +1,107 @@
+"""A workload's model assembled with one trial's knobs: the single place the knobs are applied.
+
+Both the pre-trial probe and the trainer step through an `AssembledModel`, so what the probe
+verified is exactly what trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from hpo.config.trial import Knobs, TrainingConfig
+from hpo.errors import TrialRejected
+from hpo.hardware.memory import MemoryMeter
+from hpo.knobs.attention import pinned_kernel
+from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.compile import GraphRecord, compile_model
+from hpo.knobs.optimizers import build_optimizer
+from hpo.knobs.precision import precision_plugin
+from hpo.verdicts import Kind, Verdict
+from hpo.workloads.base import Batch, Workload
+
+# Below this the fp16 loss scale has backed off ~2^-30 from its start: gradients are inf every step.
+MIN_GRAD_SCALE = 2.0**-14
+RECOMPILE_LIMIT = 64
+
+
+class AssembledModel:
+    def __init__(self, workload: Workload, knobs: Knobs, training: TrainingConfig, device: torch.device):
+        self.workload, self.knobs, self.training, self.device = workload, knobs, training, device
+        self.precision = precision_plugin(knobs.precision, device.type)
+        self.model = self.precision.convert_module(workload.build_model(knobs.attention).to(device))
+        self.recompute = RecomputeCounter()
+        blocks = workload.checkpoint_blocks(self.model)
+        if knobs.grad_checkpointing:
+            enable_checkpointing(blocks, self.recompute)
+        elif not knobs.compile:  # compiled graphs show checkpointing themselves; wrappers only add frames
+            count_block_runs(blocks, self.recompute)
+        self.graphs = GraphRecord()
+        self.forward_model = (
+            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs) if knobs.compile else self.model
+        )
+        self.optimizer = build_optimizer(
+            knobs.optimizer, self.model.parameters(), lr=training.lr, weight_decay=training.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._warmup)
+        self.scaler = self.precision.scaler  # fp16's GradScaler, or None
+        self.memory = MemoryMeter(device)
+
+    def _warmup(self, step: int) -> float:
+        warmup = self.training.warmup_steps
+        return 1.0 if warmup == 0 else min(1.0, (step + 1) / warmup)
+
+    @contextlib.contextmanager
+    def knob_context(self) -> Iterator[None]:
+        with pinned_kernel(self.knobs.attention), self.precision.forward_context(), self._no_eager_fallback():
+            yield
+
+    def _no_eager_fallback(self) -> contextlib.AbstractContextManager:
+        """Past its recompile limit Dynamo quietly runs a frame uncompiled; here that is an error,
+        so a trial labelled compiled ran compiled. The limit is raised for the legitimate recompiles
+        (train/eval, one frame per block when the model has graph breaks)."""
+        if not self.knobs.compile:
+            return contextlib.nullcontext()
+        return torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=RECOMPILE_LIMIT)
+
+    def move(self, batch: Batch) -> Batch:
+        non_blocking = self.device.type == "cuda"
+        return {k: v.to(self.device, non_blocking=non_blocking) for k, v in batch.items()}
+
+    def forward_backward(self, batch: Batch) -> torch.Tensor:
+        """Loss forward under the knobs, then backward (scaled for fp16). Returns the unscaled loss."""
+        with self.knob_context():
+            loss = self.workload.training_loss(self.forward_model, batch)
+        self.memory.sample()  # activations are alive now: the step's high-water mark
+        with pinned_kernel(self.knobs.attention):
+            self.precision.backward(loss)
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        # Unscales first under fp16 (also when not clipping, so the step sees unscaled gradients).
+        self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
+        self.precision.optimizer_step(self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+    def check_scaler(self, step: int) -> None:
+        if self.scaler is not None and self.scaler.get_scale() < MIN_GRAD_SCALE:
+            detail = (
+                f"step {step}: fp16 GradScaler scale collapsed to {self.scaler.get_scale():.3g} "
+                f"(< {MIN_GRAD_SCALE:.3g}), gradients overflow every step"
+            )
+            raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
+
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        try:
+            with torch.no_grad(), self.knob_context():
+                return self.workload.evaluate(self.forward_model, self.move)
+        finally:
+            self.model.train()
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())

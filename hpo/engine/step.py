@@ -1,0 +1,48 @@
+"""One training step of an assembled model: the single step runner the probe and the trainer share.
+
+Forward under the knobs, backward (scaled for fp16), the finite check, then, when the step updates,
+the optimizer step and the fp16 loss-scale guard. Callers wrap it in the evidence profiler when
+they want to see what ran (the profiler lives in a higher layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from hpo.engine.assembly import AssembledModel
+from hpo.workloads.base import Batch
+
+__all__ = ["NonFiniteLoss", "run_step"]
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The loss of a step was NaN or infinite. The caller decides what that means: a trial that
+    diverged (the trainer) or knobs the model overflows under (the probe)."""
+
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"step {step}: loss is {loss}")
+        self.step, self.loss = step, loss
+
+
+def run_step(
+    assembled: AssembledModel,
+    batch: Batch,
+    step: int,
+    *,
+    update: bool = True,
+    before_update: Callable[[], None] | None = None,
+) -> torch.Tensor:
+    """Run one step on a batch already on the device; returns the detached, unscaled loss.
+    `before_update` sees the gradients before the optimizer consumes them (the probe keeps them)."""
+    loss = assembled.forward_backward(batch)
+    if not torch.isfinite(loss):
+        assembled.optimizer.zero_grad(set_to_none=True)  # no update from a non-finite step
+        raise NonFiniteLoss(step, loss.item())
+    if before_update is not None:
+        before_update()
+    if update:
+        assembled.optimizer_step()
+        assembled.check_scaler(step)
+    return loss

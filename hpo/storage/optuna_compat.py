@@ -1,0 +1,102 @@
+"""The one place hpo reaches into Optuna's private attributes. When Optuna changes them, this
+module is the only one to mend; everything else calls these functions.
+
+Why each is needed: Optuna has no public API for a study's storage object, a live trial's storage
+id, the SQLAlchemy engine behind `RDBStorage` (hpo keeps its trial budget in the same database) or
+the heartbeat settings of an opened storage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The storage object a study reads and writes through."""
+    return study._storage
+
+
+def study_id_of(study: optuna.Study) -> int:
+    return study._study_id
+
+
+def trial_id_of(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """The storage's id of a trial (not its per-study number)."""
+    return trial._trial_id
+
+
+def rdb_backend(storage: Any) -> optuna.storages.RDBStorage:
+    """The RDBStorage behind a storage; Optuna wraps it in a cache layer (`_CachedStorage`)."""
+    return getattr(storage, "_backend", storage)
+
+
+def engine_of(storage: Any):
+    """The SQLAlchemy engine behind an Optuna RDB storage."""
+    return rdb_backend(storage).engine
+
+
+def liveness(storage: Any) -> tuple[int, int]:
+    """(heartbeat interval, grace period) in seconds of an opened storage."""
+    backend = rdb_backend(storage)
+    return backend.heartbeat_interval, backend.grace_period
+
+
+def record_feasibility(trial: optuna.Trial, violation: float) -> None:
+    """Record the trial's one constraint (> 0: infeasible) where every reader finds it.
+
+    Optuna 5's `Trial.set_constraint(name, v)` writes the system attr `constraints:<name>`, which
+    optuna-dashboard 0.21 does not read (it reads the list under `constraints`). Optuna itself still
+    reads that list (as constraint "0") for its samplers, `best_trial` and plots. So the list is
+    written, and only it: writing both would give every trial two constraints."""
+    trial.storage.set_trial_system_attr(trial_id_of(trial), "constraints", [float(violation)])
+
+
+def insert_complete_trials(study: optuna.Study, trials: list[dict]) -> None:
+    """Write completed trials straight into an RDB storage's tables, in one transaction; each is
+    {"params": {name: (distribution, value)}, "value": float, "user_attrs": {key: JSON value}}.
+    For benchmarks that need a study of thousands of trials: asking and telling them one by one
+    takes hours on a small machine. Optuna has no public bulk insert, hence its ORM models here."""
+    import datetime
+    import json
+
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+
+    if not trials:
+        return
+    study_id, engine = study_id_of(study), engine_of(storage_of(study))
+    first = len(study.get_trials(deepcopy=False))
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    table = models.TrialModel.__table__
+    complete = optuna.trial.TrialState.COMPLETE
+    with engine.begin() as conn:
+        rows = [
+            {"number": first + i, "study_id": study_id, "state": complete, "datetime_start": now, "datetime_complete": now}
+            for i in range(len(trials))
+        ]
+        conn.execute(table.insert(), rows)
+        query = sa.select(table.c.trial_id).where(table.c.study_id == study_id, table.c.number >= first).order_by(table.c.number)
+        ids = conn.execute(query).scalars().all()
+        params = [
+            {
+                "trial_id": i,
+                "param_name": name,
+                "param_value": dist.to_internal_repr(value),
+                "distribution_json": optuna.distributions.distribution_to_json(dist),
+            }
+            for i, t in zip(ids, trials)
+            for name, (dist, value) in t["params"].items()
+        ]
+        conn.execute(models.TrialParamModel.__table__.insert(), params)
+        finite = models.TrialValueModel.TrialValueType.FINITE
+        values = [{"trial_id": i, "objective": 0, "value": t["value"], "value_type": finite} for i, t in zip(ids, trials)]
+        conn.execute(models.TrialValueModel.__table__.insert(), values)
+        attrs = [
+            {"trial_id": i, "key": k, "value_json": json.dumps(v)}
+            for i, t in zip(ids, trials)
+            for k, v in t["user_attrs"].items()
+        ]
+        if attrs:
+            conn.execute(models.TrialUserAttributeModel.__table__.insert(), attrs)

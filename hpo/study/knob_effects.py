@@ -1,0 +1,110 @@
+"""What each knob value did, measured against its baseline value among comparable trials.
+
+For a knob value V (say precision=bf16) and the knob's baseline B (fp32, eager, for-loop,
+checkpointing off, compile off; or the most common value when the baseline never ran), a trial with
+V is compared with the trials that had B and the same value of every other knob. Its throughput
+ratio is its samples/s over the median of theirs; its metric difference is its first objective
+minus the median of theirs. The table reports the medians of those comparisons, how many trials
+had a comparable baseline, and every verdict the value received with its count. Only trials that
+trained normally enter the ratios; every trial enters the verdict counts.
+
+Hyperparameters such as the learning rate differ between compared trials, so a metric difference
+mixes the knob's effect with theirs; the count says how much evidence stands behind each median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo.verdicts import Verdict
+
+__all__ = ["BASELINES", "KnobEffect", "cells", "header", "knob_effects", "markdown_table"]
+
+KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
+BASELINES = {"precision": "fp32", "attention": "eager", "optimizer": "forloop", "grad_checkpointing": False, "compile": False}
+
+
+@dataclass
+class KnobEffect:
+    knob: str
+    value: object
+    baseline: object
+    compared: int = 0
+    speed_ratio: float | None = None
+    metric_diff: float | None = None
+    verdicts: Counter = field(default_factory=Counter)
+
+
+def _knobs(trial: FrozenTrial) -> dict:
+    return trial.user_attrs.get("knobs_requested") or {}
+
+
+def _trained(trial: FrozenTrial) -> bool:
+    attrs = trial.user_attrs
+    return (
+        trial.state == TrialState.COMPLETE
+        and Verdict.parse(attrs.get("verdict")).ok
+        and bool(trial.values)
+        and "train_samples_per_s" in attrs
+    )
+
+
+def knob_effects(trials: list[FrozenTrial]) -> list[KnobEffect]:
+    """One row per value of every knob that took more than one value in `trials`."""
+    rows = []
+    for knob in KNOBS:
+        values = Counter(_knobs(t).get(knob) for t in trials if knob in _knobs(t))
+        if len(values) < 2:
+            continue
+        baseline = BASELINES[knob] if BASELINES[knob] in values else values.most_common(1)[0][0]
+        for value in sorted(values, key=str):
+            rows.append(_effect(trials, knob, value, baseline))
+    return rows
+
+
+def _effect(trials: list[FrozenTrial], knob: str, value, baseline) -> KnobEffect:
+    effect = KnobEffect(knob, value, baseline)
+    effect.verdicts = Counter(_verdict_kind(t) for t in trials if _knobs(t).get(knob) == value)
+    if value == baseline:
+        return effect
+    ratios, diffs = [], []
+    for trial in (t for t in trials if _trained(t) and _knobs(t).get(knob) == value):
+        peers = [p for p in trials if _trained(p) and _knobs(p) == {**_knobs(trial), knob: baseline}]
+        if peers:
+            ratios.append(
+                trial.user_attrs["train_samples_per_s"] / statistics.median(p.user_attrs["train_samples_per_s"] for p in peers)
+            )
+            diffs.append(trial.values[0] - statistics.median(p.values[0] for p in peers))
+    effect.compared = len(ratios)
+    if ratios:
+        effect.speed_ratio, effect.metric_diff = statistics.median(ratios), statistics.median(diffs)
+    return effect
+
+
+def _verdict_kind(trial: FrozenTrial) -> str:
+    return Verdict.parse(trial.user_attrs.get("verdict", trial.state.name.lower())).kind.value
+
+
+HEADER = ("knob", "value", "vs", "samples/s ratio", "{metric} difference", "compared", "verdicts")
+
+
+def header(metric: str) -> list[str]:
+    return [h.format(metric=metric) for h in HEADER]
+
+
+def cells(e: KnobEffect) -> list[str]:
+    """One row of the table as text, in `header` order."""
+    ratio = "baseline" if e.value == e.baseline else ("-" if e.speed_ratio is None else f"{e.speed_ratio:.2f}x")
+    diff = "-" if e.metric_diff is None else f"{e.metric_diff:+.4g}"
+    verdicts = ", ".join(f"{kind} {n}" for kind, n in e.verdicts.most_common())
+    return [e.knob, str(e.value), str(e.baseline), ratio, diff, str(e.compared), verdicts]
+
+
+def markdown_table(effects: list[KnobEffect], metric: str) -> str:
+    """The table as Markdown, for dashboard notes."""
+    rows = [header(metric), ["---"] * len(HEADER), *(cells(e) for e in effects)]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)

@@ -1,0 +1,104 @@
+"""optuna-dashboard notes: every finished trial gets one, and the study's note holds the knob-effect
+table, refreshed every `STUDY_NOTE_EVERY` trials.
+
+Notes live in the study's system attrs (optuna-dashboard's format). `optuna_dashboard.save_note`
+reads all of the study's system attrs on every write, to find the note's version and clear old
+chunks; that read grows with the study. A finished trial's note is its first and only one, so it is
+written directly at version 1 with no read. The study note goes through `save_note`, but only every
+`STUDY_NOTE_EVERY` trials, which keeps its cost a small share of a large study.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from hpo import deps
+from hpo.errors import UserInputError
+from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
+from hpo.study.knob_effects import knob_effects, markdown_table
+from hpo.verdicts import Verdict
+
+__all__ = ["STUDY_NOTE_EVERY", "DashboardNotes", "study_note", "trial_note"]
+
+STUDY_NOTE_EVERY = 10
+KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
+ADVICE = {
+    "incompatible": "this knob combination cannot run here; the sampler avoids the implicated values. "
+    "`hpo doctor` lists what this machine supports.",
+    "slow": "it runs, but slower than the study's slow_ratio allows; raise `study.slow_ratio` or set "
+    "`study.skip_slow: false` to train it anyway.",
+    "oom": "out of memory: try a smaller batch size, gradient checkpointing or bf16.",
+    "diverged": "the loss went non-finite: try a lower learning rate, bf16 instead of fp16, or gradient clipping.",
+    "mismatch": "the evidence shows a knob ran as something else than asked; the trial is not labelled with it.",
+    "crashed": "the trial's process died; it is retried with the same parameters up to `study.max_retries`.",
+    "error": "the trial raised an error; see the verdict for where it points.",
+}
+
+
+def _number(value, fmt: str) -> str:
+    return "n/a" if not isinstance(value, (int, float)) or not math.isfinite(value) else fmt.format(value)
+
+
+def trial_note(trial: FrozenTrial) -> str:
+    """The trial's note in Markdown: verdict, knobs requested against observed, speed, memory, MFU."""
+    attrs = trial.user_attrs
+    verdict = str(attrs.get("verdict", trial.state.name.lower()))
+    kind = Verdict.parse(verdict).kind.value
+    lines = [f"## Trial {trial.number}: {kind}", "", f"**Verdict:** {verdict}", ""]
+    requested, observed = attrs.get("knobs_requested") or {}, attrs.get("knobs_observed") or {}
+    lines += ["| knob | requested | observed |", "| --- | --- | --- |"]
+    lines += [f"| {k} | {requested.get(k, 'n/a')} | {observed.get(k, 'not observed')} |" for k in KNOBS]
+    lines += [
+        "",
+        f"- throughput: {_number(attrs.get('train_samples_per_s'), '{:.1f}')} samples/s",
+        f"- step time: {_number(attrs.get('step_time_ms'), '{:.1f}')} ms",
+        f"- peak memory: {_number(attrs.get('peak_mem_mb'), '{:.0f}')} MB",
+        f"- MFU: {_number(attrs.get('mfu'), '{:.2%}')}",
+    ]
+    if kind != "ok" and kind in ADVICE:
+        lines += ["", f"**Why and what to try:** {ADVICE[kind]}"]
+    return "\n".join(lines)
+
+
+def study_note(study: optuna.Study) -> str:
+    trials = study.get_trials(deepcopy=False)
+    metric = (study.metric_names or ["objective 0"])[0]
+    effects = knob_effects(trials)
+    table = markdown_table(effects, metric) if effects else "No knob took more than one value yet."
+    return f"## What each knob did ({len(trials)} trials)\n\n{table}\n\nUpdated every {STUDY_NOTE_EVERY} trials by hpo."
+
+
+class DashboardNotes:
+    """Optuna callback writing the notes. Without optuna-dashboard installed it writes none."""
+
+    def __init__(self, every: int = STUDY_NOTE_EVERY):
+        self.every = every
+        self._note = _note_module()
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if self._note is None:
+            return
+        storage, study_id, trial_id = storage_of(study), study_id_of(study), trial_id_of(trial)
+        # A new trial has no note yet: write version 1 and its chunks without save_note's full read.
+        storage.set_study_system_attr(study_id, self._note.note_ver_key(trial_id), 1)
+        for key, chunk in self._note.split_body(trial_note(trial), trial_id).items():
+            storage.set_study_system_attr(study_id, key, chunk)
+        if (trial.number + 1) % self.every == 0:
+            self.update_study_note(study)
+
+    def update_study_note(self, study: optuna.Study) -> None:
+        if self._note is not None:
+            self._note.save_note(study, study_note(study))
+
+
+def _note_module():
+    try:
+        deps.optuna_dashboard()
+    except UserInputError:  # not installed: notes are optional, the study is not
+        return None
+    from optuna_dashboard import _note  # the note format's own helpers, so hpo writes what it reads
+
+    return _note

@@ -1,0 +1,71 @@
+"""The Optuna objective: config from the trial, execute it, record everything on the trial.
+
+A trial rejected before or while training (`incompatible`, `slow`, `oom`, `mismatch`, `error`) ends
+COMPLETE with a violated constraint (1.0), so TPE, NSGA-II and GP learn to avoid its
+region; Optuna ignores FAIL trials (optuna/optuna#2864), so FAIL would teach nothing.
+
+Its value is the worst possible one: +inf for a minimized objective, -inf for a maximized one. Any
+other number would be a lie some tool believes: a "placeholder" of 0.0 was the best val_loss
+possible, and even the worst value seen so far looks better than a later, worse trial that did
+train. With an infinite value, no tool ranks it above a trial that trained: `study.best_trial`,
+`optuna best-trial`, `hpo best` and optuna-dashboard's best trial (which ignores constraints) all
+pick a trained trial whenever one exists; Optuna's importances skip non-finite values and plotly
+draws no point for them, so plots are not polluted; GP clips them to the worst finite value for its
+fit, which is what a failed region deserves. The constraint is written where both Optuna and
+optuna-dashboard 0.21 read it (see `record_feasibility`), so the dashboard shows it too. Divergence and pruning end as PRUNED, as pruners expect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import optuna
+
+from hpo.config.space import SearchSpace
+from hpo.errors import PrunedByPruner
+from hpo.storage.optuna_compat import record_feasibility
+from hpo.study.progress import eval_line
+from hpo.study.suggest import suggest_config
+from hpo.trial.executor import execute
+from hpo.verdicts import Kind
+from hpo.verify.cache import StudyVerdicts
+
+
+class Objective:
+    def __init__(self, space: SearchSpace, on_start: Callable[[optuna.Trial], None] | None = None):
+        self.space, self.on_start = space, on_start
+
+    def __call__(self, trial: optuna.Trial) -> list[float] | float:
+        if self.on_start is not None:
+            self.on_start(trial)
+        config = suggest_config(trial, self.space)
+        on_eval = _reporter(trial, config.objectives, config.training.max_steps)
+        outcome = execute(config, StudyVerdicts(trial.study), on_eval=on_eval)
+        for key, value in outcome.attrs.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("verdict", str(outcome.verdict))
+        feasible = outcome.verdict.feasible
+        record_feasibility(trial, 0.0 if feasible else 1.0)
+        if outcome.verdict.kind in (Kind.PRUNED, Kind.DIVERGED):
+            raise optuna.TrialPruned(str(outcome.verdict))
+        values = outcome.values if outcome.ok else _rejected_values(trial.study)
+        return values[0] if len(values) == 1 else values
+
+
+def _reporter(trial: optuna.Trial, objectives: tuple[str, ...], max_steps: int):
+    def on_eval(step: int, metrics: dict[str, float]) -> None:
+        eval_line(trial.number, step, max_steps, metrics)
+        if len(objectives) != 1:
+            return  # Optuna prunes single-objective studies only
+        trial.report(metrics[objectives[0]], step)
+        if trial.should_prune():
+            raise PrunedByPruner(step)
+
+    return on_eval
+
+
+def _rejected_values(study: optuna.Study) -> list[float]:
+    """The worst value of each objective: never better than a trial that trained."""
+    minimize = optuna.study.StudyDirection.MINIMIZE
+    return [math.inf if d == minimize else -math.inf for d in study.directions]

@@ -1,0 +1,34 @@
+"""The only module that calls `trial.suggest_*`: it turns an Optuna trial into a frozen TrialConfig."""
+
+from __future__ import annotations
+
+import optuna
+
+from hpo.config.params import Choices, Fixed, FloatRange, IntRange, ParamSpec
+from hpo.config.resolve import build_config
+from hpo.config.space import SearchSpace
+from hpo.config.trial import Knobs, TrialConfig
+
+
+def suggest_config(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
+    values = {name: _suggest(trial, name, spec) for name, spec in space.params.items()}
+    knobs = Knobs(**{name: _suggest_knob(trial, name, choices) for name, choices in space.systems.items()})
+    return build_config(space, values, knobs)
+
+
+def _suggest(trial: optuna.Trial, name: str, spec: ParamSpec):
+    if isinstance(spec, Fixed):
+        return spec.value
+    if isinstance(spec, Choices):
+        return trial.suggest_categorical(name, list(spec.choices))
+    if isinstance(spec, IntRange):
+        return trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log)
+    assert isinstance(spec, FloatRange)
+    return trial.suggest_float(name, spec.low, spec.high, step=spec.step, log=spec.log)
+
+
+def _suggest_knob(trial: optuna.Trial, name: str, choices: list):
+    # A fixed knob is not a trial param, so it does not add a useless dimension for the sampler.
+    if len(choices) == 1:
+        return choices[0]
+    return trial.suggest_categorical(name, choices)

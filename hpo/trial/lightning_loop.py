@@ -1,0 +1,247 @@
+"""Train a `LightningWorkload` trial through Lightning's own Trainer, with hpo's knobs mapped onto
+Lightning's mechanisms and the same evidence, guards and records as hpo's loop.
+
+- precision: the Lightning string of hpo's precision plugin (fp32 -> "32-true", bf16 -> "bf16-mixed",
+  fp16 -> "16-mixed", with Lightning's GradScaler);
+- optimizer implementation: the optimizer `configure_optimizers` returns is rebuilt with the trial's
+  implementation (same class, groups and hyperparameters), or the trial gets a verdict;
+- gradient checkpointing on the workload's blocks, torch.compile of the module, attention through
+  hpo's attention function (the workload receives it).
+
+A callback profiles one training step to observe what ran, times the steady-state steps, samples
+memory, stops on a non-finite loss or a collapsed fp16 scale, and reports each validation to the
+study (which may prune). Lightning writes no logs or checkpoints: they are off, and its root folder
+is a temporary one, so nothing lands in the working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import statistics
+import tempfile
+import time
+import warnings
+from types import SimpleNamespace
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.engine.assembly import MIN_GRAD_SCALE
+from hpo.errors import KnobUnavailable, TrialRejected
+from hpo.evidence.capture import capture_step
+from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.hardware.memory import MemoryMeter
+from hpo.hardware.runtime import synchronize
+from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.compile import GraphRecord, compile_model
+from hpo.knobs.optimizer_impl import with_implementation
+from hpo.knobs.precision import precision_plugin
+from hpo.trial.trainer import EvalCallback, TrainResult, evidence_step_index
+from hpo.verdicts import Kind, Verdict
+from hpo.workloads.lightning import LightningWorkload, as_dict
+
+__all__ = ["lightning_precision", "train_lightning"]
+
+
+def lightning_precision(precision: str, device_type: str) -> str:
+    """Lightning's precision string for hpo's precision knob value, from hpo's precision plugin."""
+    return precision_plugin(precision, device_type).lightning
+
+
+def _closure_first(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Lightning hands its training closure (forward, backward, gradient clipping) to
+    `optimizer.step`, and torch runs it inside the step's profiler range, where clipping's foreach
+    kernels would pass for the optimizer's. Run the closure first, as torch's optimizers do
+    themselves, so the range holds only the update and the optimizer's evidence is its own."""
+    update = optimizer.step
+
+    def step(closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        update()
+        optimizer._opt_called = True  # what the LR scheduler's own wrapper records
+        return loss
+
+    step._wrapped_by_lr_sched = True  # the scheduler checks for its wrapper; this one does its job
+    optimizer.step = step
+    return optimizer
+
+
+def _rebuilt(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    return _closure_first(with_implementation(optimizer, impl))
+
+
+def _rebuild_optimizers(returned, impl: str):
+    """`configure_optimizers`' return value with every optimizer rebuilt for `impl`; schedulers are
+    pointed at the rebuilt optimizer (they keep their state: initial_lr lives in the groups)."""
+    if isinstance(returned, torch.optim.Optimizer):
+        return _rebuilt(returned, impl)
+    if isinstance(returned, dict):
+        new = dict(returned, optimizer=_rebuilt(returned["optimizer"], impl))
+        scheduler = new.get("lr_scheduler")
+        target = scheduler.get("scheduler") if isinstance(scheduler, dict) else scheduler
+        if target is not None:
+            target.optimizer = new["optimizer"]
+        return new
+    raise KnobUnavailable(
+        "optimizer: hpo applies the optimizer knob to configure_optimizers returning one optimizer "
+        f"or a dict with 'optimizer'; got {type(returned).__name__}"
+    )
+
+
+def _callback_class():
+    """The callback class, defined on first use so that importing this module needs no Lightning."""
+    import lightning.pytorch as pl
+
+    class HpoCallback(pl.Callback):
+        def __init__(self, view: SimpleNamespace, config: TrialConfig, workload: LightningWorkload, on_eval):
+            self.view, self.config, self.workload, self.on_eval = view, config, workload, on_eval
+            self.evidence_at = evidence_step_index(config)
+            self.step_times, self.samples, self.history, self.observed = [], 0, [], {}
+            self.train_s, self.reached = 0.0, None  # training time as hpo's loop counts it
+            self._capture, self._start = None, 0.0
+
+        def on_fit_start(self, trainer, pl_module) -> None:
+            self.view.optimizer = trainer.optimizers[0]
+            self.view.scaler = getattr(trainer.precision_plugin, "scaler", None)
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if trainer.global_step == self.evidence_at:
+                self._capture = capture_step(self.view)
+                self._evidence = self._capture.__enter__()
+            synchronize(self.view.device)
+            self._start = time.perf_counter()
+
+        def on_before_backward(self, trainer, pl_module, loss) -> None:
+            self.view.memory.sample()  # activations are alive: the step's high-water mark
+            if not torch.isfinite(loss.detach()):
+                raise TrialRejected(Verdict.make(Kind.DIVERGED, f"step {trainer.global_step}: loss is {loss.item()}"))
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            synchronize(self.view.device)
+            step = trainer.global_step - 1
+            if self._capture is not None:
+                self._capture.__exit__(None, None, None)
+                self._capture = None
+                self.observed = observed_knobs(self._evidence)
+                problems = mismatches(self.config.knobs, self.observed)
+                if problems:
+                    raise TrialRejected(mismatch_verdict(Kind.MISMATCH, problems, self.config.knobs), observed=self.observed)
+            else:  # the profiled step's cost is hpo's profiler, not the knobs'
+                self.train_s += time.perf_counter() - self._start
+            if step > self.evidence_at:
+                self.step_times.append(time.perf_counter() - self._start)
+                self.samples += self.workload.samples_in(as_dict(batch))
+            budget = self.config.training.budget_s
+            if budget is not None and self.train_s >= budget:
+                trainer.should_stop = True
+            scaler = self.view.scaler
+            if scaler is not None and scaler.get_scale() < MIN_GRAD_SCALE:
+                detail = f"step {step}: fp16 GradScaler scale collapsed to {scaler.get_scale():.3g}"
+                raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+            # hpo clips here rather than through Lightning's gradient_clip_val, which refuses a fused
+            # optimizer under mixed precision; like hpo's loop, unscale first (Lightning leaves a
+            # fused optimizer's gradients scaled, since its step would unscale them itself).
+            clip = self.config.training.grad_clip
+            if clip <= 0:
+                return
+            scaler = self.view.scaler
+            if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(pl_module.parameters(), clip)
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            if trainer.sanity_checking:
+                return
+            metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k in self.workload.metrics}
+            bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+            if bad:
+                detail = f"step {trainer.global_step}: non-finite eval metrics {bad}"
+                raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
+            self.history.append((trainer.global_step, metrics))
+            if self.on_eval is not None:
+                self.on_eval(trainer.global_step, metrics)
+            target = self.config.training.target
+            if target is not None and self.reached is None and target.reached(metrics):
+                self.reached, trainer.should_stop = self.train_s, True
+
+    return HpoCallback
+
+
+def train_lightning(
+    workload: LightningWorkload, config: TrialConfig, device: torch.device, on_eval: EvalCallback | None = None
+) -> TrainResult:
+    import lightning.pytorch as pl
+
+    knobs, training = config.knobs, config.training
+    if knobs.precision == "fp16" and device.type == "cpu":
+        # Lightning's accelerator connector swaps 16-mixed for bf16-mixed on CPU with a warning.
+        raise KnobUnavailable(
+            "precision=fp16: Lightning's Trainer runs no fp16 mixed precision on CPU "
+            "(it would substitute bf16-mixed); use bf16, or hpo's own loop for fp16",
+            [("precision", "fp16")],
+        )
+    module = workload.build_model(knobs.attention)
+    recompute, graphs = RecomputeCounter(), GraphRecord()
+    blocks = workload.checkpoint_blocks(module)
+    if knobs.grad_checkpointing:
+        enable_checkpointing(blocks, recompute)
+    elif not knobs.compile:
+        count_block_runs(blocks, recompute)
+    original = module.configure_optimizers
+    module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
+    fitted = compile_model(module, knobs.compile, training.compile_backend, graphs) if knobs.compile else module
+    view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device))
+    callback = _callback_class()(view, config, workload, on_eval)
+    train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
+    with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
+        trainer = pl.Trainer(
+            accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=lightning_precision(knobs.precision, device.type),
+            max_steps=training.max_steps, val_check_interval=training.eval_every, check_val_every_n_epoch=None,
+            num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[callback],
+        )  # fmt: skip
+        trainer.fit(fitted, train_loader, val_loader)
+        if not callback.history or callback.history[-1][0] != trainer.global_step:
+            trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
+    return _result(callback, module, view)
+
+
+def _result(callback, module: torch.nn.Module, view: SimpleNamespace) -> TrainResult:
+    step_s = statistics.median(callback.step_times) if callback.step_times else float("nan")
+    per_step = callback.samples / len(callback.step_times) if callback.step_times else 0
+    return TrainResult(
+        metrics=callback.history[-1][1],
+        knobs_observed=callback.observed,
+        step_time_ms=1000 * step_s,
+        train_samples_per_s=per_step / step_s,
+        peak_mem_mb=view.memory.peak_mb,
+        n_params=sum(p.numel() for p in module.parameters()),
+        steps=callback.history[-1][0],
+        history=callback.history,
+        train_s=callback.train_s,
+        time_to_target_s=callback.reached,
+    )
+
+
+@contextlib.contextmanager
+def _quiet_lightning():
+    """Lightning logs "GPU available: ...", "`Trainer.fit` stopped: ..." at INFO on every fit."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            # Lightning 2.6 on torch 2.13 warns of its own use of a deprecated pytree API on every fit.
+            warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

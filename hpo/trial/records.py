@@ -1,0 +1,125 @@
+"""What every trial records: the one schema of the Optuna user attrs hpo writes on a trial.
+
+The executor, the study's objective and the crash handling write these keys; `hpo best`, `hpo
+report`, the dashboard and users' own scripts read them. Every key is declared here once, with its
+meaning, and the README's list is generated from these declarations (`python -m hpo.trial.records`
+prints it; a test keeps the README in step). `check_trial_attrs` validates one trial's attrs, which
+the tests do for every trial of real studies.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["KnobsObserved", "KnobsRequested", "TrialRecord", "check_trial_attrs", "readme_list"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KnobsRequested(_Record):
+    """The five systems knobs as the trial asked for them."""
+
+    precision: str
+    attention: str
+    optimizer: str
+    grad_checkpointing: bool
+    compile: bool | str
+
+
+class KnobsObserved(_Record):
+    """The knobs as the evidence of a real training step showed they ran."""
+
+    precision: str | None  # null: nothing observed it (never a guessed value)
+    attention_dtype: str | None
+    attention: str | None
+    optimizer: str | None
+    grad_checkpointing: bool
+    compile: bool
+    compiled_graphs: int
+    grad_scaler: bool
+
+
+class TrialRecord(_Record):
+    """Every user attr of a trial. Only `verdict` is certain to be present: a trial that crashed
+    or was rejected before training records what it got to."""
+
+    verdict: str = Field(
+        description="`ok`, `incompatible: …`, `slow: …`, `diverged: step N …`, `mismatch: …`, `oom: …`, "
+        "`pruned: step N`, `crashed: …` or `error: …`: why the trial ended as it did"
+    )
+    config: dict[str, Any] | None = Field(None, description="the complete resolved config (`hpo export` writes it)")
+    knobs_requested: KnobsRequested | None = Field(None, description="the five knobs as asked")
+    knobs_observed: KnobsObserved | dict[str, Any] | None = Field(
+        None,
+        description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and "
+        "`grad_scaler`; empty when the trial was rejected before any step ran",
+    )
+    verdict_implicates: list[list[Any]] | None = Field(
+        None,
+        description="the knob values a rejection blames, as [knob, value] pairs that fail together (the sampler avoids them)",
+    )
+    verdict_key: str | None = Field(None, description="the key of the trial's cached knob verdict (see Verdict cache)")
+    trainer: str | None = Field(
+        None, description="the loop that trained it: `hpo` (hpo's own) or `lightning` (Lightning's Trainer)"
+    )
+    lightning_precision: str | None = Field(None, description="on a Lightning trial: the Trainer's precision string it ran with")
+    worker: str | None = Field(None, description="`host:pid` of the worker that ran the trial")
+    device: str | None = Field(None, description="the device model the trial ran on")
+    torch_version: str | None = Field(None, description="torch's version")
+    hpo_version: str | None = Field(None, description="hpo's version")
+    runtime: dict[str, bool] | None = Field(
+        None, description="global torch settings the trial ran under (`tf32`, `cudnn_benchmark`)"
+    )
+    probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
+    probe_cached: bool | None = Field(None, description="whether the knob verdict came from the study's cache")
+    probe_slowdown: float | None = Field(None, description="the trial's probe step time over the fp32/eager reference's")
+    probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
+    probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")
+    train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
+    step_time_ms: float | None = Field(None, description="median steady-state step time")
+    peak_mem_mb: float | None = Field(None, description="peak memory (see below)")
+    n_params: int | None = Field(None, description="the model's parameter count")
+    metrics: dict[str, float] | None = Field(None, description="the workload's metrics at the last evaluation")
+    steps_run: int | None = Field(
+        None, description="training steps run: max_steps, or fewer when the time budget or the target ended it"
+    )
+    train_s: float | None = Field(None, description="seconds of training (see What counts as training time)")
+    time_to_target_s: float | None = Field(
+        None, description="with workload.target: seconds of training until an evaluation reached it; null when none did"
+    )
+    target_reached: bool | None = Field(None, description="with workload.target: whether an evaluation reached it")
+    model_flops_per_sample: float | None = Field(
+        None, description="model FLOPs of one forward and backward pass per sample (recomputation not counted)"
+    )
+    achieved_tflops: float | None = Field(None, description="model FLOPs per sample x samples/s, in TFLOP/s")
+    mfu: float | None = Field(
+        None, description="achieved over the device's peak for the trial's precision; null without a known peak"
+    )
+    peak_tflops: float | None = Field(None, description="the peak MFU is measured against")
+    peak_source: str | None = Field(None, description="where the peak comes from: a datasheet, or a timed matmul on this CPU")
+    trial_s: float | None = Field(None, description="wall time of the whole trial: probe, build, training and evaluation")
+    warm_start_from: str | None = Field(None, description="on a warm-started trial: `study#trial` whose configuration it repeats")
+    retry_of: int | None = Field(None, description="on a retry: the number of the crashed trial it repeats")
+    previous_verdict: str | None = Field(None, description="on a retry: the crashed trial's verdict")
+
+
+def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:
+    """Validate one trial's user attrs against the schema; raises pydantic.ValidationError."""
+    return TrialRecord.model_validate(attrs)
+
+
+def readme_list() -> str:
+    """The README's list of trial user attrs, one line per key, generated from the schema."""
+    lines = []
+    for name, field in TrialRecord.model_fields.items():
+        lines.append(f"- `{name}`: {field.description}.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(readme_list() + "\n")

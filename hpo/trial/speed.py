@@ -1,0 +1,65 @@
+"""What a trial's knobs bought: the systems metrics it records beside the workload's, which a study
+may also optimize (`hpo.config.objectives`).
+
+MFU is achieved model FLOPs over the device's peak for the trial's precision. Model FLOPs per sample
+are counted once per model shape (on a real eager-attention step, see `hpo.engine.flops`) and kept
+in the verdict store, so a study counts them once. The peak is the published one for a known GPU,
+or this CPU's measured one (`hpo.hardware.peaks`); its source is recorded. Without a peak (an
+unknown GPU) a trial records no MFU rather than a guess.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.engine.flops import model_flops_per_sample
+from hpo.hardware.peaks import peak_for
+from hpo.hardware.probes import device_model
+from hpo.trial.trainer import TrainResult
+from hpo.verify.cache import VerdictStore, reference_key
+from hpo.workloads.base import Workload
+
+__all__ = ["objective_values", "speed_attrs"]
+
+
+def _flops_per_sample(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore) -> float:
+    key = "flops-" + reference_key(config, device)
+    cached = store.get(key)
+    if cached is None:
+        batch = next(workload.train_batches(config.training.batch_size, config.seed))
+        cached = {"model_flops_per_sample": model_flops_per_sample(workload, batch)}
+        store.put(key, cached)
+    return cached["model_flops_per_sample"]
+
+
+def speed_attrs(workload: Workload, config: TrialConfig, device: torch.device, result: TrainResult, store: VerdictStore) -> dict:
+    """steps_run, train_s, the target's outcome, FLOPs, achieved TFLOP/s and MFU with its peak."""
+    attrs: dict = {"steps_run": result.steps, "train_s": result.train_s}
+    if config.training.target is not None:
+        attrs["time_to_target_s"] = result.time_to_target_s
+        attrs["target_reached"] = result.time_to_target_s is not None
+    flops = _flops_per_sample(workload, config, device, store)
+    achieved = flops * result.train_samples_per_s / 1e12
+    peak = peak_for(device, config.knobs.precision, device_model(device))
+    attrs.update(model_flops_per_sample=flops, achieved_tflops=achieved)
+    attrs.update(
+        mfu=None if peak is None or not math.isfinite(achieved) else achieved / peak.tflops,
+        peak_tflops=None if peak is None else peak.tflops,
+        peak_source=None if peak is None else peak.source,
+    )
+    return attrs
+
+
+def objective_values(config: TrialConfig, result: TrainResult, attrs: dict) -> list[float]:
+    """One value per study objective: a workload metric, or a systems metric from `attrs`. A target
+    never reached (or an MFU with no known peak) is the worst value, never a success."""
+    values = []
+    for name, direction in zip(config.objectives, config.directions, strict=True):
+        value = result.metrics[name] if name in result.metrics else attrs.get(name)
+        if value is None or not math.isfinite(value):
+            value = math.inf if direction == "minimize" else -math.inf
+        values.append(float(value))
+    return values

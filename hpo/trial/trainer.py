@@ -1,0 +1,149 @@
+"""The training loop of one trial: steps, evidence, guards, evaluation, timing, and the limits
+that end it: `max_steps`, the time budget (`budget_s`) and the target.
+
+Training time (`train_s`) is the wall time of the training steps: fetching the batch, forward,
+backward and the optimizer step, synchronized on CUDA. The probe, model build, evaluation and the
+single profiled evidence step are not training time; compilation, which happens in the first step,
+is: a knob that must compile pays for it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hpo.config.trial import TrainingConfig, TrialConfig
+from hpo.engine.assembly import AssembledModel
+from hpo.engine.step import NonFiniteLoss, run_step
+from hpo.errors import TrialRejected
+from hpo.evidence.capture import capture_step
+from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.hardware.runtime import synchronize
+from hpo.verdicts import Kind, Verdict
+
+# Called after each evaluation with (step, metrics); raises to stop the trial (e.g. optuna.TrialPruned).
+EvalCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class TrainResult:
+    metrics: dict[str, float]
+    knobs_observed: dict
+    step_time_ms: float
+    train_samples_per_s: float
+    peak_mem_mb: float
+    n_params: int
+    steps: int
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    train_s: float = 0.0  # training time as defined in README ("What counts as training time")
+    time_to_target_s: float | None = None  # None: no target, or not reached within the limits
+
+
+def evidence_step_index(config: TrialConfig) -> int:
+    """Profile the second step when compiling (the first one compiles), else the first."""
+    return min(1 if config.knobs.compile else 0, config.training.max_steps - 1)
+
+
+class EvalSchedule:
+    """When to evaluate, and the step under which the evaluation is reported to the pruner.
+
+    Fixed length: every `eval_every` steps, reported at the step count. Time budget: at the same
+    marks of training time for every trial (every `eval_marks_s`), reported at the mark in
+    milliseconds, so a pruner compares trials at equal training time, not at equal steps."""
+
+    def __init__(self, training: TrainingConfig):
+        self.training, self.next_mark = training, training.eval_marks_s
+
+    def due(self, steps: int, train_s: float) -> int | None:
+        """The report step if an evaluation is due after `steps` steps and `train_s` seconds."""
+        marks = self.training.eval_marks_s
+        if marks is None:
+            return steps if steps % self.training.eval_every == 0 else None
+        if train_s < self.next_mark:
+            return None
+        mark = self.next_mark
+        while self.next_mark <= train_s:  # one long step may pass several marks: evaluate once
+            self.next_mark += marks
+        return round(1000 * min(mark, self.training.budget_s))
+
+    def final(self, steps: int, train_s: float) -> int:
+        """The report step of the last evaluation (budget spent, max_steps reached, or target met)."""
+        if self.training.eval_marks_s is None:
+            return steps
+        spent = train_s >= self.training.budget_s
+        return round(1000 * (self.training.budget_s if spent else train_s))
+
+
+def train(assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None = None) -> TrainResult:
+    """Train until `max_steps`, the time budget or the target, evaluating on the schedule. Raises
+    TrialRejected on divergence or a knob the evidence shows did not run as asked."""
+    training, device = config.training, assembled.device
+    batches = assembled.workload.train_batches(training.batch_size, config.seed)
+    evidence_at, schedule = evidence_step_index(config), EvalSchedule(training)
+    step_times, samples, history, observed, train_s, reached = [], 0, [], {}, 0.0, None
+    for step in range(training.max_steps):
+        synchronize(device)
+        start = time.perf_counter()
+        batch = assembled.move(next(batches))
+        if step == evidence_at:
+            with capture_step(assembled) as evidence:
+                _step(assembled, batch, step)
+            observed = _verified(config, observed_knobs(evidence))
+        else:
+            _step(assembled, batch, step)
+        synchronize(device)
+        elapsed = time.perf_counter() - start
+        if step != evidence_at:  # the profiled step's cost is hpo's profiler, not the knobs'
+            train_s += elapsed
+        if step > evidence_at:  # compile and profiling steps are not steady state
+            step_times.append(elapsed)
+            samples += assembled.workload.samples_in(batch)
+        last = step + 1 == training.max_steps or (training.budget_s is not None and train_s >= training.budget_s)
+        report = schedule.final(step + 1, train_s) if last else schedule.due(step + 1, train_s)
+        if report is not None:
+            metrics = _checked_metrics(assembled.evaluate(), step)
+            history.append((report, metrics))
+            if on_eval is not None:
+                on_eval(report, metrics)
+            if training.target is not None and training.target.reached(metrics):
+                reached = train_s
+                break
+        if last:
+            break
+    step_s = statistics.median(step_times) if step_times else float("nan")
+    per_step = samples / len(step_times) if step_times else 0
+    return TrainResult(
+        metrics=history[-1][1],
+        knobs_observed=observed,
+        step_time_ms=1000 * step_s,
+        train_samples_per_s=per_step / step_s,  # the same median step as step_time_ms
+        peak_mem_mb=assembled.memory.peak_mb,
+        n_params=assembled.n_params,
+        steps=step + 1,
+        history=history,
+        train_s=train_s,
+        time_to_target_s=reached,
+    )
+
+
+def _step(assembled: AssembledModel, batch, step: int) -> None:
+    try:
+        run_step(assembled, batch, step)
+    except NonFiniteLoss as exc:
+        raise TrialRejected(Verdict.make(Kind.DIVERGED, str(exc))) from None
+
+
+def _verified(config: TrialConfig, observed: dict) -> dict:
+    problems = mismatches(config.knobs, observed)
+    if problems:
+        raise TrialRejected(mismatch_verdict(Kind.MISMATCH, problems, config.knobs), observed=observed)
+    return observed
+
+
+def _checked_metrics(metrics: dict[str, float], step: int) -> dict[str, float]:
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    if bad:
+        raise TrialRejected(Verdict.make(Kind.DIVERGED, f"step {step}: non-finite eval metrics {bad}"))
+    return {k: float(v) for k, v in metrics.items()}

@@ -1,0 +1,53 @@
+"""Where knob verdicts are kept: in the study's own storage (study user attrs `verdict:<key>`, so
+every worker and optuna-dashboard see them) or in memory for `hpo train` and benchmarks.
+
+Torch-free: the sampler wrapper reads the study's verdicts in processes that never import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["VERDICT_PREFIX", "MemoryVerdicts", "StudyVerdicts", "VerdictStore"]
+
+VERDICT_PREFIX = "verdict:"
+
+
+class VerdictStore(Protocol):
+    def get(self, key: str) -> dict | None: ...
+
+    def put(self, key: str, record: dict) -> None: ...
+
+
+class StudyVerdicts:
+    """Verdicts kept as study user attributes, so optuna-dashboard shows them too."""
+
+    def __init__(self, study) -> None:
+        self.study = study
+
+    def get(self, key: str) -> dict | None:
+        return self.study.user_attrs.get(VERDICT_PREFIX + key)
+
+    def put(self, key: str, record: dict) -> None:
+        self.study.set_user_attr(VERDICT_PREFIX + key, record)
+
+    def all(self) -> dict[str, dict]:
+        """The cached knob verdicts (not the reference timings kept beside them)."""
+        return {
+            k.removeprefix(VERDICT_PREFIX): v
+            for k, v in self.study.user_attrs.items()
+            if k.startswith(VERDICT_PREFIX) and isinstance(v, dict) and "verdict" in v
+        }
+
+
+class MemoryVerdicts:
+    """Per-process verdicts for `hpo train` and benchmarks."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict] = {}
+
+    def get(self, key: str) -> dict | None:
+        return self.records.get(key)
+
+    def put(self, key: str, record: dict) -> None:
+        self.records[key] = record

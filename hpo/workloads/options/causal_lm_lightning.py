@@ -1,0 +1,8 @@
+"""Options and metrics of the built-in `causal_lm_lightning` workload: those of `causal_lm`, whose
+model it trains as a LightningModule (model: hpo.workloads.causal_lm_lightning)."""
+
+from hpo.workloads.options.causal_lm import METRICS, CausalLMOptions
+
+__all__ = ["METRICS", "Options"]
+
+Options = CausalLMOptions

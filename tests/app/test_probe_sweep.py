@@ -1,0 +1,60 @@
+"""`hpo probe`: every knob combination probed without training, ranked by throughput, its verdicts
+cached in the study so that `hpo run` starts from them and never proposes a failing value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from hpo.app.sweep import sweep_values
+from hpo.config.space import parse_space
+from hpo.verify.cache import StudyVerdicts
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = {
+    "study": {"name": "sweep", "sampler": {"name": "tpe", "seed": 0}, "pruner": {"name": "none"}, "n_trials": 4},
+    # overflow pushes activations past fp16's range: fp16 is incompatible whatever else is chosen.
+    "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2, "overflow": 1.0e5, "n_blocks": 2},
+    "params": {"lr": {"low": 1.0e-4, "high": 1.0e-2, "log": True}, "batch_size": {"low": 8, "high": 24, "step": 8}},
+    "systems": {"precision": ["fp32", "fp16"], "attention": ["eager", "sdpa"], "optimizer": "fused", "compile_backend": "eager"},
+}
+
+
+def _hpo(*args, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), KINETO_LOG_LEVEL="5")
+    return subprocess.run(
+        [sys.executable, "-m", "hpo.app.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_searched_hyperparameters_are_taken_at_their_middle():
+    values = sweep_values(parse_space(SPACE, source="test"))
+    assert values["batch_size"] == 16 and values["lr"] == pytest.approx(1.0e-3)  # log range: the geometric middle
+
+
+def test_probe_ranks_every_combination_and_seeds_the_study(tmp_path):
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    probe = _hpo("probe", "space.yaml", "--study", "sweep", "--json", cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    rows = json.loads(probe.stdout)
+    assert len(rows) == 4 and all(set(r) == {"knobs", "verdict", "samples_per_s", "slowdown", "peak_mem_mb"} for r in rows)
+    ok = [r for r in rows if r["verdict"] == "ok"]
+    assert {r["knobs"]["precision"] for r in ok} == {"fp32"} and all(r["samples_per_s"] > 0 for r in ok)
+    assert [r["samples_per_s"] for r in ok] == sorted((r["samples_per_s"] for r in ok), reverse=True)
+    assert all(r["verdict"].startswith("incompatible: non-finite") for r in rows if r["knobs"]["precision"] == "fp16")
+    assert "probing knob combinations" in probe.stderr  # progress shown
+
+    url = f"sqlite:///{tmp_path / 'studies' / 'sweep.db'}"
+    study = optuna.load_study(study_name="sweep", storage=url)
+    assert len(StudyVerdicts(study).all()) == 4
+    run = _hpo("run", "space.yaml", "--in-process", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    trials = optuna.load_study(study_name="sweep", storage=url).trials
+    assert all(t.params["precision"] == "fp32" for t in trials), [t.params for t in trials]  # fp16 never proposed

@@ -1,0 +1,58 @@
+"""hpo.bench.gpu_check and scripts/gpu-check on CPU with the toy workload: verdicts come from hpo's executor."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import TOY
+
+from hpo.bench.gpu_check import MatrixCheck, check, markdown, matrix
+from hpo.config.trial import Knobs
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = MatrixCheck(batch_size=8, steps=2, compile_backend="eager", device="cpu", options={TOY: {"d_model": 16, "n_blocks": 1}})
+# Activations past fp16's range: the probe rejects every fp16 combination.
+OVERFLOWS = dataclasses.replace(TINY, options={TOY: {"n_blocks": 2, "overflow": 1e5}})
+
+
+def test_matrix_is_every_combination():
+    combos = matrix(["fp32", "bf16"], ["eager"], ["forloop", "fused"], ["false", "true"], ["false", "default"])
+    assert len(combos) == 16 and len(set(combos)) == 16
+    assert Knobs(precision="bf16", attention="eager", optimizer="fused", grad_checkpointing=True, compile="default") in combos
+
+
+def test_rows_carry_the_probe_and_the_trained_run():
+    reference = check(TOY, Knobs(precision="fp32", attention="eager", optimizer="forloop"), TINY)
+    assert reference["verdict"] == "ok", reference
+    # The probe does not time the reference against itself: no probe throughput, but it trained.
+    assert reference["samples_per_s"] is None and reference["speedup_vs_fp32_eager"] == 1.0
+    assert reference["train_samples_per_s"] > 0 and reference["peak_mem_mb"] > 0
+    sdpa = check(TOY, Knobs(precision="fp32", attention="sdpa", optimizer="forloop"), TINY)
+    assert sdpa["verdict"] == "ok", sdpa
+    assert sdpa["samples_per_s"] > 0 and sdpa["loss_rel_err"] < 1e-3 and sdpa["observed"]["attention"].startswith("sdpa")
+    table = markdown([reference, sdpa], "cpu")
+    assert table.count(f"| {TOY} |") == 2 and "Best on" in table and "'attention': 'sdpa'" in table
+
+
+def test_a_rejected_combination_reads_as_its_verdict():
+    row = check(TOY, Knobs(precision="fp16", attention="eager", optimizer="forloop"), OVERFLOWS)
+    assert row["verdict"].startswith("incompatible: non-finite"), row
+    assert row["train_samples_per_s"] is None
+
+
+def test_script_writes_json_and_markdown(tmp_path):
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu-check"), "--workloads", TOY, "--precision", "fp32"]
+    cmd += ["--attention", "eager", "--optimizer", "forloop", "--checkpointing", "false", "--compile", "false"]
+    cmd += ["--compile-backend", "eager", "--batch-size", "8", "--steps", "2", "--device", "cpu", "--out-dir", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "KINETO_LOG_LEVEL": "5"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (written,) = tmp_path.glob("gpu-*.json")
+    rows = json.loads(written.read_text())["rows"]
+    assert [r["verdict"] for r in rows] == ["ok"]
+    assert written.with_suffix(".md").read_text().startswith("Knob verification on")

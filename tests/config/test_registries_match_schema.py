@@ -1,0 +1,82 @@
+"""The knob registry is the one source: every allowed value has a spec, every spec is an allowed
+value, and every name a spec gives (builder, package, probe, evidence) resolves to something real."""
+
+import pydantic
+import pytest
+import torch
+
+from hpo import deps
+from hpo.config.schema import SystemsSpec
+from hpo.evidence.observe import StepEvidence, observed_knobs
+from hpo.hardware import probes
+from hpo.knobs.attention import ATTENTION_FUNCTIONS, SDPA_KERNELS
+from hpo.knobs.optimizer_impl import IMPLEMENTATION_FLAGS
+from hpo.knobs.optimizers import OPTIMIZER_BUILDERS, build_optimizer
+from hpo.knobs.precision import DTYPES
+from hpo.knobs.registry import ATTENTION_SPECS, KNOBS, OPTIMIZER_SPECS, PRECISION_SPECS, load
+from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, KNOB_NAMES, OPTIMIZER_IMPLS, PRECISION_ALIASES, PRECISIONS
+
+ALL_SPECS = [spec for table in KNOBS.values() if table for spec in table.values()]
+
+
+def test_registry_keys_are_the_schema_values():
+    assert KNOB_NAMES == ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
+    assert set(SystemsSpec.model_fields) >= set(KNOB_NAMES)
+    assert set(ATTENTION_FUNCTIONS) == set(ATTENTIONS) == set(ATTENTION_SPECS)
+    assert set(SDPA_KERNELS) == {a for a in ATTENTIONS if a.startswith("sdpa_")}
+    assert set(OPTIMIZER_BUILDERS) == set(OPTIMIZER_IMPLS) == set(OPTIMIZER_SPECS)
+    assert set(DTYPES) == set(PRECISIONS) == set(PRECISION_SPECS)
+    assert set(PRECISION_ALIASES.values()) <= set(PRECISIONS)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda spec: spec.name)
+def test_every_name_in_a_spec_resolves(spec):
+    needs = getattr(spec, "needs", None)
+    if hasattr(spec, "builder"):
+        assert callable(load(spec.builder))
+    if needs is not None and needs.package:
+        assert needs.package in deps.OPTIONAL_PACKAGES
+    if needs is not None and needs.probe:
+        assert callable(getattr(probes, needs.probe))
+    if hasattr(spec, "sdpa_kernel") and spec.sdpa_kernel:
+        assert hasattr(torch.nn.attention.SDPBackend, spec.sdpa_kernel)
+
+
+def test_precision_specs_name_real_dtypes_and_distinct_lightning_strings():
+    assert {name: DTYPES[name] for name in PRECISIONS} == {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    assert len({spec.lightning for spec in PRECISION_SPECS.values()}) == len(PRECISION_SPECS)
+
+
+@pytest.mark.parametrize("name", [n for n, spec in ATTENTION_SPECS.items() if spec.evidence_ops])
+def test_each_attention_kernel_op_is_recognised_as_its_backend_alone(name):
+    for fragment in ATTENTION_SPECS[name].evidence_ops:
+        observed = observed_knobs(StepEvidence(profiler_ops={f"aten::{fragment}"}))
+        assert observed["attention"] == name
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZER_SPECS))
+def test_each_optimizer_path_is_recognised_by_its_evidence(name):
+    evidence = OPTIMIZER_SPECS[name].evidence
+    # Every optimizer step runs some plain tensor ops; a path's own evidence comes on top of them.
+    ops = {"aten::mul_"} | {f"aten::{fragment}x" for fragment in evidence.ops} | set(evidence.except_ops)
+    module = (evidence.module_prefix or "torch.optim.") + "adamw"
+    assert observed_knobs(StepEvidence(optimizer_ops=ops, optimizer_module=module))["optimizer"] == name
+
+
+@pytest.mark.parametrize("name", list(IMPLEMENTATION_FLAGS))
+def test_each_torch_optimizer_path_is_built_with_its_flags(name):
+    built = build_optimizer(name, [torch.nn.Parameter(torch.zeros(2))], lr=1e-3, weight_decay=0.0)
+    assert type(built) is torch.optim.AdamW
+    assert {flag: built.param_groups[0][flag] for flag in IMPLEMENTATION_FLAGS[name]} == IMPLEMENTATION_FLAGS[name]
+
+
+@pytest.mark.parametrize(
+    "knob,values",
+    [("attention", ATTENTIONS), ("optimizer", OPTIMIZER_IMPLS), ("precision", PRECISIONS), ("compile", (False, *COMPILE_MODES))],
+)
+def test_schema_accepts_every_registry_value_and_nothing_else(knob, values):
+    for value in values:
+        assert SystemsSpec(**{knob: value}).choices()[knob] == [value]
+    assert SystemsSpec(**{knob: list(values)}).choices()[knob] == list(values)
+    with pytest.raises(pydantic.ValidationError, match=" or ".join(f"'{v}'" for v in values[-2:] if isinstance(v, str))):
+        SystemsSpec(**{knob: "not-a-backend"})
