@@ -40,12 +40,14 @@ class Block(nn.Module):
         self.qkv = nn.Linear(opts.d_model, 3 * opts.d_model)
         self.out = nn.Linear(opts.d_model, opts.d_model)
         self.norm = nn.LayerNorm(opts.d_model)
+        # Only when asked: a Dropout module draws from the RNG, which would change every other test.
+        self.dropout = nn.Dropout(opts.dropout) if opts.dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.opts.n_heads, d // self.opts.n_heads).permute(2, 0, 3, 1, 4)
         att = self.attention(q, k, v).transpose(1, 2).reshape(b, s, d)
-        update = self.out(att) * self.opts.overflow
+        update = self.dropout(self.out(att)) * self.opts.overflow
         if self.opts.index_add_residual:
             # index_add_ is outside autocast's cast lists: a bf16/fp16 source meets an fp32 target.
             rows = torch.arange(b, device=x.device)
@@ -104,3 +106,17 @@ class Toy(Workload):
             "val_accuracy": (logits.argmax(-1) == batch["labels"]).float().mean().item(),
             "val_loss": F.cross_entropy(logits, batch["labels"]).item(),
         }
+
+
+class PretrainedToy(Toy):
+    """Built in eval mode, as transformers' `from_pretrained` returns models; records the mode each
+    training forward ran in (`TRAINING_MODES`)."""
+
+    TRAINING_MODES: list[bool] = []
+
+    def build_model(self, attention: str) -> nn.Module:
+        return super().build_model(attention).eval()
+
+    def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        PretrainedToy.TRAINING_MODES.append(model.training)
+        return super().training_loss(model, batch)

@@ -1,9 +1,9 @@
 """`hpo probe SPACE.yaml`: probe every combination of the file's systems knobs on this machine,
 for the file's model, without training, and rank them by measured throughput.
 
-Searched hyperparameters are taken at one documented value each: a fixed value as it is, the
-middle of a range (the geometric middle of a log range, rounded for integers and steps), the first
-of a list of choices. Every verdict goes into the verdict cache, the study's when `--study` names
+Searched hyperparameters are taken at one documented value each
+(`hpo.config.resolve.representative_values`): a fixed value as it is, the middle of a range (the
+geometric middle of a log range, rounded for integers and steps), the first of a list of choices. Every verdict goes into the verdict cache, the study's when `--study` names
 one, so a later `hpo run` of that study starts from them: its trials reuse the verdicts, and the
 sampler never proposes a combination, or a part of one, known to fail.
 """
@@ -11,13 +11,11 @@ sampler never proposes a combination, or a part of one, known to fail.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import torch
 
-from hpo.config.params import Choices, Fixed, IntRange, ParamSpec
-from hpo.config.resolve import build_config
+from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.hardware.runtime import resolve_device, trial_runtime
@@ -27,7 +25,7 @@ from hpo.verify.cache import VerdictStore, reference_key, verdict_key
 from hpo.verify.probe import run_probe
 from hpo.workloads.registry import create_workload
 
-__all__ = ["SweepRow", "combinations", "sweep", "sweep_values", "table"]
+__all__ = ["SweepRow", "combinations", "sweep", "table"]
 
 
 @dataclass
@@ -45,22 +43,6 @@ class SweepRow:
         return {k: getattr(self, k) for k in ("knobs", "verdict", "samples_per_s", "slowdown", "peak_mem_mb")}
 
 
-def _middle(spec: ParamSpec):
-    if isinstance(spec, Fixed):
-        return spec.value
-    if isinstance(spec, Choices):
-        return spec.choices[0]
-    middle = math.sqrt(spec.low * spec.high) if spec.log else (spec.low + spec.high) / 2
-    if spec.step:
-        middle = spec.low + round((middle - spec.low) / spec.step) * spec.step
-    return int(round(middle)) if isinstance(spec, IntRange) else float(middle)
-
-
-def sweep_values(space: SearchSpace) -> dict:
-    """The one value per param the sweep uses (see the module docstring)."""
-    return {name: _middle(spec) for name, spec in space.params.items()}
-
-
 def combinations(space: SearchSpace) -> list[Knobs]:
     names = list(space.systems)
     return [Knobs(**dict(zip(names, values, strict=True))) for values in itertools.product(*space.systems.values())]
@@ -68,7 +50,7 @@ def combinations(space: SearchSpace) -> list[Knobs]:
 
 def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow]:
     """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last)."""
-    values = sweep_values(space)
+    values = representative_values(space)
     configs = [build_config(space, values, knobs) for knobs in combinations(space)]
     device = resolve_device(configs[0].device)
     workload = create_workload(configs[0].workload, configs[0].workload_options)
@@ -96,11 +78,12 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
         record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
         store.put(key, record)
     step_ms = record.get("trial_step_ms")
+    batch_size = record.get("batch_size", config.training.batch_size)  # a trial's record: its own batch
     ok = cached_verdict(record).ok
     return SweepRow(
         knobs=config.knobs.as_dict(),
         verdict=str(cached_verdict(record)),
-        samples_per_s=1000 * config.training.batch_size / step_ms if ok and step_ms else None,
+        samples_per_s=1000 * batch_size / step_ms if ok and step_ms else None,
         slowdown=record.get("slowdown"),
         peak_mem_mb=record.get("peak_mem_mb"),
         loss_rel_err=record.get("loss_rel_err"),

@@ -3,16 +3,17 @@ sees. `hpo.study.suggest` supplies a trial's values; `hpo train` needs a file wi
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from hpo.config.objectives import metric_direction
-from hpo.config.params import Fixed, describe
+from hpo.config.params import Choices, Fixed, IntRange, ParamSpec, describe
 from hpo.config.space import SearchSpace, load_space
 from hpo.config.trial import TRAINING_KEYS, Knobs, Target, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
 
-__all__ = ["build_config", "fixed_config", "load_config", "searched_keys"]
+__all__ = ["build_config", "fixed_config", "load_config", "representative_config", "representative_values", "searched_keys"]
 
 
 def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs) -> TrialConfig:
@@ -53,6 +54,29 @@ def searched_keys(space: SearchSpace) -> dict[str, Any]:
     params = {f"params.{k}": spec for k, spec in space.params.items() if not isinstance(spec, Fixed)}
     knobs = {f"systems.{k}": choices for k, choices in space.systems.items() if len(choices) > 1}
     return {**params, **knobs}
+
+
+def _middle(spec: ParamSpec):
+    if isinstance(spec, Fixed):
+        return spec.value
+    if isinstance(spec, Choices):
+        return spec.choices[0]
+    middle = math.sqrt(spec.low * spec.high) if spec.log else (spec.low + spec.high) / 2
+    if spec.step:
+        middle = spec.low + round((middle - spec.low) / spec.step) * spec.step
+    return int(round(middle)) if isinstance(spec, IntRange) else float(middle)
+
+
+def representative_values(space: SearchSpace) -> dict[str, Any]:
+    """One documented value per param, where a single config must stand for the space (`hpo probe`,
+    the worker's warm-up): a fixed value as it is, the middle of a range (the geometric middle of
+    a log range, rounded for integers and steps), the first of a list of choices."""
+    return {name: _middle(spec) for name, spec in space.params.items()}
+
+
+def representative_config(space: SearchSpace) -> TrialConfig:
+    """The representative values with the first value of each knob."""
+    return build_config(space, representative_values(space), Knobs(**{k: v[0] for k, v in space.systems.items()}))
 
 
 def fixed_config(space: SearchSpace) -> TrialConfig:

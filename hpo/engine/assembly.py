@@ -42,12 +42,25 @@ class AssembledModel:
         self.forward_model = (
             compile_model(self.model, knobs.compile, training.compile_backend, self.graphs) if knobs.compile else self.model
         )
+        self._fresh_training_state()
+
+    def _fresh_training_state(self) -> None:
         self.optimizer = build_optimizer(
-            knobs.optimizer, self.model.parameters(), lr=training.lr, weight_decay=training.weight_decay
+            self.knobs.optimizer, self.model.parameters(), lr=self.training.lr, weight_decay=self.training.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._warmup)
         self.scaler = self.precision.scaler  # fp16's GradScaler, or None
-        self.memory = MemoryMeter(device)
+        self.memory = MemoryMeter(self.device)
+
+    def restart(self, state: dict[str, torch.Tensor]) -> None:
+        """Back to the weights `state` with a fresh optimizer, warm-up, loss scale and memory
+        meter: a model the probe has stepped then trains exactly as a newly built one would, and
+        the trial builds no second model. Compiled graphs are kept (they depend on no weights)."""
+        self.model.load_state_dict(state)
+        self.model.zero_grad(set_to_none=True)
+        self.model.train()
+        self.precision = precision_plugin(self.knobs.precision, self.device.type)  # a new GradScaler
+        self._fresh_training_state()
 
     def _warmup(self, step: int) -> float:
         warmup = self.training.warmup_steps
@@ -97,7 +110,7 @@ class AssembledModel:
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         try:
-            with torch.no_grad(), self.knob_context():
+            with torch.inference_mode(), self.knob_context():
                 return self.workload.evaluate(self.forward_model, self.move)
         finally:
             self.model.train()

@@ -18,33 +18,47 @@ optuna-dashboard 0.21 read it (see `record_feasibility`), so the dashboard shows
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import optuna
 
 from hpo.config.space import SearchSpace
 from hpo.errors import PrunedByPruner
-from hpo.storage.optuna_compat import record_feasibility
+from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
 from hpo.study.progress import eval_line
 from hpo.study.suggest import suggest_config
 from hpo.trial.executor import execute
+from hpo.trial.phases import Phases
 from hpo.verdicts import Kind
 from hpo.verify.cache import StudyVerdicts
 
 
 class Objective:
-    def __init__(self, space: SearchSpace, on_start: Callable[[optuna.Trial], None] | None = None):
-        self.space, self.on_start = space, on_start
+    """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
+    then records its process start as the `start` phase."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        on_start: Callable[[optuna.Trial], None] | None = None,
+        launched_at: float | None = None,
+    ):
+        self.space, self.on_start, self.launched_at = space, on_start, launched_at
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
+        phases = Phases()
+        if self.launched_at is not None:
+            phases.add("start", time.time() - self.launched_at)
         if self.on_start is not None:
             self.on_start(trial)
-        config = suggest_config(trial, self.space)
+        with phases("sample"):
+            config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training.max_steps)
-        outcome = execute(config, StudyVerdicts(trial.study), on_eval=on_eval)
-        for key, value in outcome.attrs.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("verdict", str(outcome.verdict))
+        outcome = execute(config, StudyVerdicts(trial.study), on_eval=on_eval, phases=phases)
+        with phases("storage"):
+            set_user_attrs(trial, {**outcome.attrs, "verdict": str(outcome.verdict)})
+        trial.set_user_attr("phases_s", phases.record())  # the write above included
         feasible = outcome.verdict.feasible
         record_feasibility(trial, 0.0 if feasible else 1.0)
         if outcome.verdict.kind in (Kind.PRUNED, Kind.DIVERGED):

@@ -2,8 +2,9 @@
 
 By default each trial runs in a fresh child process from a forkserver that has already imported
 torch and the workload, so a crash, a leak or a poisoned CUDA context cannot touch later trials,
-and a child costs a fork rather than a new interpreter. The forkserver starts clean, so this is
-safe even if the worker has initialised CUDA (plain fork is not).
+and a child costs a fork rather than a new interpreter. The forkserver has also loaded the study's
+data and built its model once (`hpo.study.forkserver_warmup`), so a child finds them ready. The
+forkserver starts clean, so this is safe even if the worker has initialised CUDA (plain fork is not).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import gc
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -28,6 +30,7 @@ from hpo.storage.tickets import TicketBudget
 from hpo.study.budget import BindOnStart, ClaimKeeper, bind_ticket, has_running, recover, require_budget
 from hpo.study.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket
 from hpo.study.create import open_hpo_study
+from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.notes import DashboardNotes
 from hpo.study.objective import Objective
 from hpo.study.progress import MODE_ENV, TrialPrinter, make_display, report, set_sink
@@ -169,12 +172,20 @@ class ChildTrials:
         self.study, self.storage_url, self.tickets = study, storage_url, tickets
         self.startup_failures = 0
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url)])
+        warmup = ["hpo.study.forkserver_warmup"]
+        self.context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url), *warmup])
+        # Started now, so its warm-up overlaps the worker's own start; the study's workload reaches it
+        # through its environment, and only its (a forkserver already running keeps its warm-up).
+        os.environ[WARMUP_ENV] = warmup_env(space)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            del os.environ[WARMUP_ENV]
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
-        args = (self.storage_url, self.study.study_name, serial, worker_name(), there)
+        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time())
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()

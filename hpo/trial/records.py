@@ -77,7 +77,11 @@ class TrialRecord(_Record):
     )
     probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
     probe_cached: bool | None = Field(None, description="whether the knob verdict came from the study's cache")
-    probe_slowdown: float | None = Field(None, description="the trial's probe step time over the fp32/eager reference's")
+    slowdown: float | None = Field(
+        None,
+        description="the trial's fastest steady training step over the fp32/eager reference's step: what the slow check "
+        "judged (on a Lightning trial, the probe's timed step)",
+    )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
     probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")
     train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
@@ -103,6 +107,11 @@ class TrialRecord(_Record):
     peak_tflops: float | None = Field(None, description="the peak MFU is measured against")
     peak_source: str | None = Field(None, description="where the peak comes from: a datasheet, or a timed matmul on this CPU")
     trial_s: float | None = Field(None, description="wall time of the whole trial: probe, build, training and evaluation")
+    phases_s: dict[str, float] | None = Field(
+        None,
+        description="seconds per phase of the trial, in order: `start` (trial process start), `sample`, `data`, "
+        "`probe`, `build`, `train`, `evidence` (the profiled step), `eval`, `flops`, `storage`; a phase not passed is absent",
+    )
     warm_start_from: str | None = Field(None, description="on a warm-started trial: `study#trial` whose configuration it repeats")
     retry_of: int | None = Field(None, description="on a retry: the number of the crashed trial it repeats")
     previous_verdict: str | None = Field(None, description="on a retry: the crashed trial's verdict")

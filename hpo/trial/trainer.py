@@ -1,5 +1,6 @@
 """The training loop of one trial: steps, evidence, guards, evaluation, timing, and the limits
-that end it: `max_steps`, the time budget (`budget_s`) and the target.
+that end it: `max_steps`, the time budget (`budget_s`), the target, and the slow check (the fastest
+of the first `SLOW_CHECK_STEPS` steady steps against the reference's step, see `hpo.verify.slow`).
 
 Training time (`train_s`) is the wall time of the training steps: fetching the batch, forward,
 backward and the optimizer step, synchronized on CUDA. The probe, model build, evaluation and the
@@ -22,9 +23,21 @@ from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.runtime import synchronize
 from hpo.verdicts import Kind, Verdict
+from hpo.verify.slow import SlowLimit
 
 # Called after each evaluation with (step, metrics); raises to stop the trial (e.g. optuna.TrialPruned).
 EvalCallback = Callable[[int, dict[str, float]], None]
+# Steady steps (after compilation and the profiled step) whose fastest one the slow check judges:
+# noise only ever adds time, so the fastest of two is stable enough, and cheaper than more.
+SLOW_CHECK_STEPS = 2
+
+
+class TooSlow(TrialRejected):
+    """The trial's first steady steps ran slower than the study's slow limit: a `slow` verdict."""
+
+    def __init__(self, verdict: Verdict, observed: dict, step_ms: float):
+        super().__init__(verdict, observed)
+        self.step_ms = step_ms
 
 
 @dataclass
@@ -39,6 +52,9 @@ class TrainResult:
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     train_s: float = 0.0  # training time as defined in README ("What counts as training time")
     time_to_target_s: float | None = None  # None: no target, or not reached within the limits
+    fastest_step_ms: float | None = None  # the fastest steady step; None when none ran
+    evidence_s: float = 0.0  # the profiled evidence step (not training time)
+    eval_s: float = 0.0  # every evaluation together (not training time)
 
 
 def evidence_step_index(config: TrialConfig) -> int:
@@ -76,13 +92,20 @@ class EvalSchedule:
         return round(1000 * (self.training.budget_s if spent else train_s))
 
 
-def train(assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None = None) -> TrainResult:
+def train(
+    assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None = None, slow: SlowLimit | None = None
+) -> TrainResult:
     """Train until `max_steps`, the time budget or the target, evaluating on the schedule. Raises
-    TrialRejected on divergence or a knob the evidence shows did not run as asked."""
+    TrialRejected on divergence or a knob the evidence shows did not run as asked, and TooSlow
+    when `slow` is given and the first steady steps exceed it."""
     training, device = config.training, assembled.device
     batches = assembled.workload.train_batches(training.batch_size, config.seed)
     evidence_at, schedule = evidence_step_index(config), EvalSchedule(training)
     step_times, samples, history, observed, train_s, reached = [], 0, [], {}, 0.0, None
+    evidence_s = eval_s = 0.0
+    # Train mode from the first step: transformers' from_pretrained and the probe leave models in
+    # eval mode, which would train without dropout until the first evaluation switched it.
+    assembled.model.train()
     for step in range(training.max_steps):
         synchronize(device)
         start = time.perf_counter()
@@ -97,13 +120,19 @@ def train(assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback 
         elapsed = time.perf_counter() - start
         if step != evidence_at:  # the profiled step's cost is hpo's profiler, not the knobs'
             train_s += elapsed
+        else:
+            evidence_s = elapsed
         if step > evidence_at:  # compile and profiling steps are not steady state
             step_times.append(elapsed)
             samples += assembled.workload.samples_in(batch)
+            if slow is not None and len(step_times) == SLOW_CHECK_STEPS:
+                _check_speed(config, slow, 1000 * min(step_times), observed)
         last = step + 1 == training.max_steps or (training.budget_s is not None and train_s >= training.budget_s)
         report = schedule.final(step + 1, train_s) if last else schedule.due(step + 1, train_s)
         if report is not None:
+            eval_start = time.perf_counter()
             metrics = _checked_metrics(assembled.evaluate(), step)
+            eval_s += time.perf_counter() - eval_start
             history.append((report, metrics))
             if on_eval is not None:
                 on_eval(report, metrics)
@@ -125,7 +154,16 @@ def train(assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback 
         history=history,
         train_s=train_s,
         time_to_target_s=reached,
+        evidence_s=evidence_s,
+        eval_s=eval_s,
+        fastest_step_ms=1000 * min(step_times) if step_times else None,
     )
+
+
+def _check_speed(config: TrialConfig, slow: SlowLimit, step_ms: float, observed: dict) -> None:
+    verdict = slow.verdict(config.knobs, step_ms)
+    if verdict is not None:
+        raise TooSlow(verdict, observed, step_ms)
 
 
 def _step(assembled: AssembledModel, batch, step: int) -> None:

@@ -1,18 +1,23 @@
-"""Pre-trial compatibility probe: one real batch forward and backward with the trial's knobs, checked
-against an fp32/eager/for-loop reference on the same batch and weights, then a few timed steps.
+"""Pre-trial compatibility probe: one real forward and backward with the trial's knobs, checked
+against an fp32/eager/for-loop reference on the same samples and weights.
 
-The verdict is `ok`, `incompatible: <why>` or `slow: <ratio>x ...`. Nothing is downgraded: the probe
-only decides whether the trial's own knobs may train.
+The verdict is `ok`, `incompatible: <why>` or, when the probe is timed, `slow: <ratio>x ...`. Nothing
+is downgraded: the probe only decides whether the trial's own knobs may train.
 
-Cost: each model's compared step also updates it, so it doubles as the untimed step that creates
-the optimizer state before timing; the reference's step time is measured once per model, batch size
-and device and kept in the verdict store (the study's), so later probes time only the trial.
+Cost, since a trial pays it before every new knob combination:
+- the compared step runs on `PROBE_SAMPLES` samples, not the trial's batch: numerics and kernel
+  choice need real data, not much of it (a compiled model, specialised to its input shapes, is
+  compared on the batch it will train on);
+- the trial's model is handed on to train (`keep_model`), so a trial builds one model, not two;
+- a trial's probe times nothing of the trial: its first steady training steps decide `slow`
+  (`hpo.verify.slow`). Only the reference's step time is measured, once per model, batch size and
+  device, and kept in the verdict store (the study's). `hpo probe` times the trial too (`timed`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -26,10 +31,12 @@ from hpo.hardware.runtime import seed_everything, synchronize
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, reference_key
 from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
+from hpo.verify.slow import SlowLimit
 from hpo.verify.tolerances import TOLERANCES
 from hpo.workloads.base import Batch, Workload
 
 TIMED_STEPS = 2
+PROBE_SAMPLES = 4
 
 
 @dataclass
@@ -43,6 +50,9 @@ class ProbeResult:
     peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
     observed: dict = field(default_factory=dict)
     probe_s: float = 0.0
+    # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
+    # trial trains it instead of building its own. Never part of the record.
+    model: AssembledModel | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -50,16 +60,27 @@ class ProbeResult:
 
     def record(self) -> dict:
         """The cache's record: the verdict as its readable string, with what it implicates."""
-        record = asdict(self)
+        record = {name: value for name, value in asdict(replace(self, model=None)).items() if name != "model"}
         record["verdict"], record["implicates"] = str(self.verdict), self.verdict.implicated_record()
         return record
 
 
-def run_probe(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore | None = None) -> ProbeResult:
-    """Probe the trial's knobs. `store` keeps the reference's step time between probes."""
+def run_probe(
+    workload: Workload,
+    config: TrialConfig,
+    device: torch.device,
+    store: VerdictStore | None = None,
+    keep_model: bool = False,
+    timed: bool = True,
+) -> ProbeResult:
+    """Probe the trial's knobs. `store` keeps the reference's step time between probes;
+    `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
+    `timed` also times the trial's steps for its slowdown and `slow` verdict (`hpo probe`, which
+    trains nothing); untimed, only the reference's step time is measured, if no store has it."""
     start = time.perf_counter()
     try:
-        result = _probe(workload, config, device, store if store is not None else MemoryVerdicts())
+        store = store if store is not None else MemoryVerdicts()
+        result = _probe(workload, config, device, store, keep_model, timed)
     except (KnobUnavailable, TrialRejected) as exc:
         result = ProbeResult(verdict=exc.verdict)
     except NonFiniteLoss as exc:  # under these knobs the model overflows on a batch fp32 handles
@@ -73,18 +94,24 @@ def run_probe(workload: Workload, config: TrialConfig, device: torch.device, sto
     return result
 
 
-def _probe(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore) -> ProbeResult:
-    batch = next(workload.train_batches(config.training.batch_size, config.seed))
-    seed_everything(config.seed)
+def _probe(
+    workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore, keep_model: bool, timed: bool
+) -> ProbeResult:
+    batch_size, seed = config.training.batch_size, config.seed
+    batch = next(workload.train_batches(batch_size, seed))
+    compared = batch if config.knobs.compile else next(workload.train_batches(min(PROBE_SAMPLES, batch_size), seed))
+    reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
+    seed_everything(seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
     initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
-    ref_loss, ref_grads = _loss_and_grads(reference, reference.move(batch))
+    # The reference's update is only its warm-up for timing, when its step time is still unknown.
+    ref_loss, ref_grads = _loss_and_grads(reference, reference.move(compared), update=reference_ms is None)
     trial = AssembledModel(workload, config.knobs, config.training, device)
     trial.model.load_state_dict(initial)
     # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
     # optimizer path is observed in training, and recorded as null for a trial rejected here.
     with capture_step(trial) as evidence:
-        loss, grads = _loss_and_grads(trial, trial.move(batch), update=False)
+        loss, grads = _loss_and_grads(trial, trial.move(compared), update=False)
     trial.optimizer_step()  # the compared step's update: it creates the optimizer state before timing
     trial.check_scaler(step=0)
     result = _compare(config.knobs, loss, grads, ref_loss, ref_grads)
@@ -93,8 +120,17 @@ def _probe(workload: Workload, config: TrialConfig, device: torch.device, store:
     if result.ok and problems:
         result.verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, config.knobs, prefix="ran other than asked: ")
     if result.ok:
-        _time_steps(result, reference, trial, batch, config, store)
+        if reference_ms is None:
+            reference_ms = _fastest_step_ms(reference, batch, TIMED_STEPS, budget_ms=None)
+            store.put(reference_key(config, device), {"step_ms": reference_ms})
+        result.reference_step_ms = reference_ms
+        if timed:
+            _time_trial(result, trial, batch, config, reference_ms)
     result.peak_mem_mb = trial.memory.peak_mb
+    if keep_model and result.ok:
+        del reference, ref_grads, grads  # before training starts: the trial's peak memory is its own
+        trial.restart(initial)
+        result.model = trial
     return result
 
 
@@ -140,25 +176,17 @@ def _compare(knobs: Knobs, loss: float, grads, ref_loss: float, ref_grads) -> Pr
     return result
 
 
-def _time_steps(result: ProbeResult, reference: AssembledModel, trial: AssembledModel, batch: Batch, config, store) -> None:
+def _time_trial(result: ProbeResult, trial: AssembledModel, batch: Batch, config: TrialConfig, reference_ms: float) -> None:
     if config.knobs == REFERENCE_KNOBS:
         result.slowdown = 1.0  # the reference itself: timing it against itself would only measure noise
+        result.trial_step_ms = reference_ms
         return
-    key = reference_key(config, trial.device)
-    ref_ms = (store.get(key) or {}).get("step_ms")
-    if ref_ms is None:
-        ref_ms = _fastest_step_ms(reference, batch, TIMED_STEPS, budget_ms=None)
-        store.put(key, {"step_ms": ref_ms})
-    budget = ref_ms * config.slow_ratio
-    trial_ms = _fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=budget)
-    result.reference_step_ms, result.trial_step_ms = ref_ms, trial_ms
-    result.slowdown = trial_ms / ref_ms
-    if config.skip_slow and result.slowdown > config.slow_ratio:
-        detail = (
-            f"{result.slowdown:.1f}x the fp32/eager step time on this device "
-            f"({trial_ms:.0f} ms vs {ref_ms:.0f} ms; limit {config.slow_ratio}x)"
-        )
-        result.verdict = Verdict.make(Kind.SLOW, detail, differing_from_reference(config.knobs))
+    limit = SlowLimit(reference_ms, config.slow_ratio)
+    result.trial_step_ms = _fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=reference_ms * config.slow_ratio)
+    result.slowdown = limit.slowdown(result.trial_step_ms)
+    slow = limit.verdict(config.knobs, result.trial_step_ms) if config.skip_slow else None
+    if slow is not None:
+        result.verdict = slow
 
 
 def _fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float | None) -> float:

@@ -7,7 +7,7 @@ calls, in order:
     model = workload.build_model(attention)    # attention: an hpo attention backend name
     blocks = workload.checkpoint_blocks(model) # modules wrapped for gradient checkpointing
     for batch in workload.train_batches(batch_size, seed): loss = workload.training_loss(model, batch)
-    metrics = workload.evaluate(model, move)   # under no_grad and the trial's autocast
+    metrics = workload.evaluate(model, move)   # under inference_mode and the trial's autocast
 
 Batches are dicts of CPU tensors; `move(batch)` puts one on the trial's device. `evaluate` returns
 every metric named in `metrics`. A model that uses attention calls

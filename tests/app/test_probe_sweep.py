@@ -13,7 +13,7 @@ import optuna
 import pytest
 import yaml
 
-from hpo.app.sweep import sweep_values
+from hpo.config.resolve import representative_values as sweep_values
 from hpo.config.space import parse_space
 from hpo.verify.cache import StudyVerdicts
 

@@ -29,8 +29,8 @@ def test_matrix_is_every_combination():
 def test_rows_carry_the_probe_and_the_trained_run():
     reference = check(TOY, Knobs(precision="fp32", attention="eager", optimizer="forloop"), TINY)
     assert reference["verdict"] == "ok", reference
-    # The probe does not time the reference against itself: no probe throughput, but it trained.
-    assert reference["samples_per_s"] is None and reference["speedup_vs_fp32_eager"] == 1.0
+    # The probe does not time the reference against itself; its training steps give its speed.
+    assert reference["samples_per_s"] > 0 and reference["speedup_vs_fp32_eager"] == 1.0
     assert reference["train_samples_per_s"] > 0 and reference["peak_mem_mb"] > 0
     sdpa = check(TOY, Knobs(precision="fp32", attention="sdpa", optimizer="forloop"), TINY)
     assert sdpa["verdict"] == "ok", sdpa

@@ -24,7 +24,14 @@ from hpo.study.workers import run_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {
-    "study": {"name": "rejected-first", "sampler": {"name": "random", "seed": 0}, "pruner": {"name": "none"}, "n_trials": 4},
+    # skip_slow off: a toy step takes milliseconds, too few to time against the reference reliably.
+    "study": {
+        "name": "rejected-first",
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": {"name": "none"},
+        "n_trials": 4,
+        "skip_slow": False,
+    },
     # overflow pushes activations past fp16's range: every fp16 trial is incompatible.
     "workload": {"name": "toy_workloads:Toy", "max_steps": 3, "eval_every": 3, "overflow": 1.0e5, "n_blocks": 2},
     "params": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}},

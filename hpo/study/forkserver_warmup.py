@@ -1,0 +1,70 @@
+"""Loaded by a worker's forkserver (its preload list) before it forks any trial process: it loads
+what every trial of the study would otherwise load again, so that each trial process starts with it,
+shared copy-on-write. That is the workload's data (tokenized text, corpora: their loaders cache per
+process) and one model build (the model code's imports and the pretrained weights' file pages).
+Isolation is kept: every trial still runs in a fresh process.
+
+The forkserver learns the study's workload from `WARMUP_ENV`, which the worker sets (see
+`warmup_env`). The warm-up runs on one thread: GNU OpenMP's thread pool does not survive a fork,
+and a trial process forked after the pool had run hangs at its first parallel region (seen here
+with torch 2.13). A warm-up that fails costs the trials only the time it would have saved, so it
+is reported in one line and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from hpo.config.resolve import representative_config
+from hpo.config.space import SearchSpace
+from hpo.verify.classify import REFERENCE_KNOBS
+
+WARMUP_ENV = "HPO_FORKSERVER_WARMUP"
+
+__all__ = ["WARMUP_ENV", "warm_up", "warmup_env"]
+
+
+def warmup_env(space: SearchSpace) -> str:
+    """The value of WARMUP_ENV for a study: its workload at the space's representative values, built
+    with the reference attention (every workload has it, and no optional package or device is
+    touched in a process that must stay free of CUDA)."""
+    config = representative_config(space)
+    return json.dumps(
+        {
+            "workload": config.workload,
+            "options": config.workload_options,
+            "training": config.training.params(),
+            "attention": REFERENCE_KNOBS.attention,
+        }
+    )
+
+
+def warm_up(spec: dict) -> None:
+    import torch
+
+    from hpo.workloads.registry import create_workload
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    # The tokenizers library's own threads would make every trial process warn that it was forked.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        workload = create_workload(spec["workload"], spec["options"])
+        workload.bind_training(spec["training"])
+        workload.build_model(spec["attention"])
+    finally:
+        torch.set_num_threads(threads)  # the trial processes' setting; the pool is created in each
+
+
+_spec = os.environ.pop(WARMUP_ENV, None)  # popped: the trial processes forked from here skip it
+if _spec:
+    try:
+        warm_up(json.loads(_spec))
+    except Exception as exc:  # noqa: BLE001 - a warm-up is an optimisation; the trial reports real errors
+        first = (str(exc).splitlines() or [""])[0][:200]
+        print(
+            f"hpo: warming the trial processes failed ({type(exc).__name__}: {first}); each trial loads its own data",
+            file=sys.stderr,
+        )

@@ -1,0 +1,38 @@
+"""The slow check: a trial whose step takes over `slow_ratio` times the fp32/eager/for-loop
+reference's step is rejected as `slow`, blaming the knobs that differ from the reference.
+
+The reference's step time is measured once per model, batch size and device and kept in the
+verdict store (`reference_key`). A trial's own step time comes from its first steady training
+steps (`hpo.trial.trainer`): the trial runs them anyway, at its real batch and in train mode, so
+the check costs nothing extra. `hpo probe`, which trains nothing, times the steps in the probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpo.config.trial import Knobs
+from hpo.verdicts import Kind, Verdict
+from hpo.verify.classify import differing_from_reference
+
+__all__ = ["SlowLimit"]
+
+
+@dataclass(frozen=True)
+class SlowLimit:
+    reference_ms: float
+    ratio: float
+
+    def slowdown(self, step_ms: float) -> float:
+        return step_ms / self.reference_ms
+
+    def verdict(self, knobs: Knobs, step_ms: float) -> Verdict | None:
+        """A `slow` verdict for a trial whose fastest steady step took `step_ms`, or None."""
+        slowdown = self.slowdown(step_ms)
+        if slowdown <= self.ratio:
+            return None
+        detail = (
+            f"{slowdown:.1f}x the fp32/eager step time on this device "
+            f"({step_ms:.0f} ms vs {self.reference_ms:.0f} ms; limit {self.ratio}x)"
+        )
+        return Verdict.make(Kind.SLOW, detail, differing_from_reference(knobs))

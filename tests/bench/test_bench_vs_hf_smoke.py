@@ -1,0 +1,70 @@
+"""scripts/bench-vs-hf end to end at its smallest (1 trial x 2 steps, 32 eval texts): both sides
+train, and the JSON holds every figure of the table; plus the shared task against hpo's own files."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpo.bench.vs_hf_report import ROWS
+from hpo.bench.vs_hf_task import LENGTHS, SearchTask, hpo_space
+from hpo.config.space import parse_space
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench-vs-hf"
+# Present with one trial; "later trials" and "between trials" need a second one.
+ONE_TRIAL_METRICS = ("wall_s", "startup_s", "first_trial_s", "after_last_s", "samples_per_s", "outside_steps_s")
+
+
+def test_task_matches_hpos_text_classification_defaults():
+    from hpo.workloads.options.text_classification import TextClassificationOptions
+    from hpo.workloads.text_classification import EVAL_BATCH_SIZE
+
+    shipped = yaml.safe_load((ROOT / "search_spaces" / "text_classification.yaml").read_text())
+    task, options = SearchTask(steps=LENGTHS["default"], trials=2), TextClassificationOptions()
+    assert task.steps == shipped["workload"]["max_steps"]
+    assert (task.weight_decay, task.warmup_steps) == (shipped["params"]["weight_decay"], shipped["params"]["warmup_steps"])
+    assert (task.dropout, task.attention_dropout, task.eval_batch_size) == (
+        options.dropout,
+        options.attention_dropout,
+        EVAL_BATCH_SIZE,
+    )
+    space = parse_space(hpo_space(task, "vs-hf"), "vs-hf")
+    assert space.study.n_trials == 2 and space.study.pruner.name == "none"
+
+
+@pytest.mark.slow
+def test_bench_vs_hf_runs_both_sides_and_writes_the_table(tmp_path):
+    cmd = [sys.executable, str(SCRIPT), "--steps", "2", "--trials", "1", "--n-eval", "32", "--out-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "KINETO_LOG_LEVEL": "5"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (out,) = tmp_path.glob("vs-hf-text_classification-2-steps-*.json")
+    result = json.loads(out.read_text())
+
+    assert [(r["side"], r["repeat"]) for r in result["runs"]] == [("hf", 0), ("hpo", 0)]
+    hf, hpo = result["runs"]
+    for run in (hf, hpo):
+        (trial,) = run["trials"]
+        assert trial["state"] == "COMPLETE" and math.isfinite(trial["objective"]), trial
+        assert trial["steps"] == 2 and trial["median_step_s"] > 0, trial
+        assert run["command"] and run["wall_s"] > 0
+    assert hf["trials"][0]["model_init_s"] > 0 and hf["trials"][0]["train_loop_s"] > 0 and hf["trials"][0]["eval_s"] > 0
+    assert hpo["trials"][0]["verdict"] == "ok" and hpo["trials"][0]["trial_s"] > 0
+    assert "hpo run" in hpo["command"] and "vs_hf_trainer" in hf["command"]
+
+    for side in ("hf", "hpo"):
+        summary = result["summary"][side]
+        assert set(summary) == {metric for metric, _, _ in ROWS}
+        for metric in ONE_TRIAL_METRICS:
+            assert summary[metric]["median"] > 0, (side, metric, summary[metric])
+    meta = result["meta"]
+    assert meta["cpu_model"] and meta["cpu_count"] >= 1 and set(meta["cpu_flags"]) >= {"avx512_bf16", "amx_bf16"}
+    assert meta["versions"]["torch"] and meta["versions"]["transformers"] and meta["args"]["trials"] == 1
+    assert "| whole search, wall clock |" in proc.stdout and "hpo trials" in proc.stdout

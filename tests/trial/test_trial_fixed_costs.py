@@ -1,0 +1,160 @@
+"""A trial's fixed costs come down without changing what trains: the probe hands its model on,
+evaluation runs under inference mode, records are written in one transaction, and every trial says
+where its time went."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+import torch
+
+from hpo.config.resolve import build_config
+from hpo.config.space import parse_space
+from hpo.config.trial import Knobs
+from hpo.trial.executor import execute
+from hpo.trial.phases import PHASES, Phases
+from hpo.verify.cache import MemoryVerdicts
+from toy_workloads import PretrainedToy
+
+KNOBS = Knobs(precision="bf16", attention="sdpa", optimizer="foreach")
+
+
+def _config(workload: str = "toy_workloads:Toy", **options):
+    space = parse_space(
+        {
+            "study": {"name": "costs", "pruner": {"name": "none"}, "n_trials": 1, "skip_slow": False},
+            "workload": {"name": workload, "max_steps": 12, "eval_every": 4, "n_blocks": 2, **options},
+            "params": {"lr": 3e-3, "batch_size": 16},
+            "systems": {"precision": "fp32", "attention": "eager", "optimizer": "forloop"},
+        },
+        source="test",
+    )
+    return build_config(space, {"lr": 3e-3, "batch_size": 16}, KNOBS)
+
+
+def test_the_probed_model_trains_exactly_as_a_freshly_built_one():
+    """With dropout on, any difference in weights, optimizer state or RNG would change the losses."""
+    config, verdicts, probe_phases, build_phases = _config(dropout=0.3), MemoryVerdicts(), Phases(), Phases()
+    # No cached verdict: the probe builds the model and hands it on. Then a cached one: no probe,
+    # the trial builds its own model.
+    probed = execute(config, verdicts, phases=probe_phases)
+    built = execute(config, verdicts, phases=build_phases)
+    assert probed.ok and built.ok
+    assert not probed.attrs["probe_cached"] and built.attrs["probe_cached"]
+    assert "probe" in probe_phases.record() and "build" not in probe_phases.record()
+    assert "build" in build_phases.record() and "probe" not in build_phases.record()
+    assert {"data", "train", "evidence", "eval", "flops"} <= set(build_phases.record())
+    assert probed.attrs["metrics"] == built.attrs["metrics"]
+    assert probed.attrs["knobs_observed"] == built.attrs["knobs_observed"]
+
+
+def test_training_runs_in_train_mode_from_the_first_step_even_for_a_model_built_in_eval_mode():
+    PretrainedToy.TRAINING_MODES.clear()
+    outcome = execute(_config("toy_workloads:PretrainedToy", dropout=0.3), MemoryVerdicts())
+    assert outcome.ok
+    # The probe's forwards come first and run in eval mode on purpose (the comparison needs the
+    # same function); the 12 training steps follow, every one in train mode.
+    assert PretrainedToy.TRAINING_MODES[-12:] == [True] * 12
+    assert False in PretrainedToy.TRAINING_MODES[:-12]
+
+
+def test_evaluation_runs_under_inference_mode(monkeypatch):
+    seen = []
+    from toy_workloads import Toy
+
+    original = Toy.evaluate
+
+    def evaluate(self, model, move):
+        seen.append(torch.is_inference_mode_enabled())
+        return original(self, model, move)
+
+    monkeypatch.setattr(Toy, "evaluate", evaluate)
+    assert execute(_config(), MemoryVerdicts()).ok
+    assert seen == [True, True, True]  # steps 4, 8 and 12
+
+
+def test_phases_add_up_and_refuse_an_unknown_name():
+    phases = Phases()
+    phases.add("eval", 0.25)
+    phases.add("eval", 0.5)
+    with phases("data"):
+        pass
+    assert list(phases.record()) == ["data", "eval"] and phases.record()["eval"] == 0.75
+    with pytest.raises(ValueError, match="phase must be one of"):
+        phases.add("warmup", 1.0)
+    assert PHASES[0] == "start" and PHASES[-1] == "storage"
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "memory"])
+def test_a_trials_records_are_written_in_one_transaction(tmp_path, storage):
+    from hpo.storage.optuna_compat import set_user_attrs
+
+    url = f"sqlite:///{tmp_path}/s.db" if storage == "sqlite" else None
+    study = optuna.create_study(storage=url)
+    trial = study.ask()
+    commits = []
+    if storage == "sqlite":
+        from sqlalchemy import event
+
+        from hpo.storage.optuna_compat import engine_of, storage_of
+
+        event.listen(engine_of(storage_of(study)), "commit", lambda conn: commits.append(1))
+    set_user_attrs(trial, {"a": 1, "b": {"c": [1.5, None]}, "d": "x"})
+    assert len(commits) == (1 if storage == "sqlite" else 0)
+    assert trial.user_attrs == {"a": 1, "b": {"c": [1.5, None]}, "d": "x"}
+    study.tell(trial, 1.0)
+    assert study.trials[0].user_attrs == {"a": 1, "b": {"c": [1.5, None]}, "d": "x"}
+
+
+def _forwards(monkeypatch) -> list[tuple[int, bool]]:
+    """(batch size, training mode) of every training-loss forward the Toy workload runs."""
+    from toy_workloads import Toy
+
+    seen, original = [], Toy.training_loss
+
+    def training_loss(self, model, batch):
+        seen.append((len(batch["tokens"]), model.training))
+        return original(self, model, batch)
+
+    monkeypatch.setattr(Toy, "training_loss", training_loss)
+    return seen
+
+
+def test_the_probe_compares_a_few_samples_and_times_the_reference_once_per_study(monkeypatch):
+    from hpo.verify.probe import PROBE_SAMPLES, TIMED_STEPS
+
+    seen, verdicts = _forwards(monkeypatch), MemoryVerdicts()
+    assert execute(_config(), verdicts).ok
+    probe = [f for f in seen if not f[1]]  # the probe runs in eval mode, training in train mode
+    # Reference and trial compared on PROBE_SAMPLES samples; the reference timed at the real batch.
+    assert probe == [(PROBE_SAMPLES, False)] * 2 + [(16, False)] * TIMED_STEPS
+    # The 12 training steps (then one more forward: counting the model's FLOPs, once per study).
+    assert [f for f in seen if f[1]][:12] == [(16, True)] * 12
+    seen.clear()
+    other = dataclasses.replace(_config(), knobs=Knobs(precision="bf16", attention="eager", optimizer="forloop"))
+    assert execute(other, verdicts).ok
+    assert [f for f in seen if not f[1]] == [(PROBE_SAMPLES, False)] * 2  # reference time cached: no timing
+
+
+def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and_never_trained_again(monkeypatch):
+    from hpo.hardware.runtime import resolve_device
+    from hpo.trial.trainer import SLOW_CHECK_STEPS
+    from hpo.verdicts import Kind
+    from hpo.verify.cache import reference_key
+
+    config, verdicts = dataclasses.replace(_config(), skip_slow=True), MemoryVerdicts()
+    # A reference step of a microsecond: any real step of the trial's knobs is over the limit.
+    verdicts.put(reference_key(config, resolve_device(config.device)), {"step_ms": 1e-3})
+    seen = _forwards(monkeypatch)
+    slow = execute(config, verdicts)
+    assert slow.verdict.kind is Kind.SLOW and slow.values is None
+    assert slow.attrs["slowdown"] > config.slow_ratio
+    # The profiled evidence step, then the steady steps the check judges: no more.
+    assert [f for f in seen if f[1]] == [(16, True)] * (1 + SLOW_CHECK_STEPS)
+    assert slow.attrs["knobs_observed"]["optimizer"] == "foreach"  # observed in training before the check
+    assert slow.attrs["verdict_implicates"]  # the knobs that differ from the reference, for the sampler
+    seen.clear()
+    again = execute(config, verdicts)
+    assert again.verdict.kind is Kind.SLOW and again.attrs["probe_cached"] and seen == []
