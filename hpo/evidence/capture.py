@@ -25,13 +25,13 @@ def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
     # A dispatch mode would be traced into a compiled graph; compiled graphs report dtypes themselves.
     recorder = MatmulDtypeRecorder() if not assembled.knobs.compile else contextlib.nullcontext()
     prof = profile(activities=activities)
-    with _stderr_silenced():  # kineto prints "USDT ... profiler_start" from C++ on every start
+    with stderr_silenced():  # kineto prints "USDT ... profiler_start" from C++ on every start
         prof.start()
     try:
         with recorder:
             yield evidence
     finally:
-        with _stderr_silenced():
+        with stderr_silenced():
             prof.stop()
     events = prof.events()
     evidence.profiler_ops = {event.name for event in events}
@@ -55,7 +55,7 @@ def _inside(event, prefix: str) -> bool:
 
 
 @contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
+def stderr_silenced() -> Iterator[None]:
     """Point file descriptor 2 at /dev/null for a moment; Python-level errors are unaffected
     because nothing else runs inside."""
     sys.stderr.flush()

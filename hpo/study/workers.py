@@ -28,11 +28,10 @@ from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
 from hpo.study.budget import BindOnStart, ClaimKeeper, bind_ticket, has_running, recover, require_budget
-from hpo.study.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket
+from hpo.study.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket, write_study_note
 from hpo.study.create import open_hpo_study
 from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.notes import DashboardNotes
-from hpo.study.objective import Objective
 from hpo.study.progress import MODE_ENV, TrialPrinter, make_display, report, set_sink
 from hpo.study.quiet import quiet_optuna
 from hpo.verdicts import Kind, Verdict
@@ -53,11 +52,17 @@ PRELOAD = [
     "alembic.migration",
     "sqlalchemy.orm",
     "hpo.study.child",
+    "hpo.study.objective",  # the trial stack; the worker itself never imports torch
+    # The dashboard notes (DashboardNotes) import optuna_dashboard, and with it optuna.importance
+    # and scikit-learn: 0.85 s a child otherwise. Skipped by the forkserver when not installed.
+    "optuna_dashboard",
 ]
 
 
 def default_workers() -> int:
     """One worker per visible GPU; on CPU one, since a trial's kernels already use every core."""
+    if not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/kfd"):
+        return 1  # no NVIDIA or AMD GPU driver on this Linux host: no GPU, and no torch import (1 s) to say so
     import torch
 
     return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
@@ -135,7 +140,7 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
         else:
             break
     if ran:
-        DashboardNotes().update_study_note(study)  # the final knob-effect table, whatever N divides
+        run_one.update_study_note()  # the final knob-effect table, whatever N divides
     return ran
 
 
@@ -145,10 +150,16 @@ def worker_name() -> str:
 
 class InProcessTrials:
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
+        from hpo.study.objective import Objective  # imports torch
+
         self.study, self.space, self.tickets = study, space, tickets
         self.objective = Objective(space)
-        self.callbacks = [TrialPrinter(), DashboardNotes()]
+        self.notes = DashboardNotes()
+        self.callbacks = [TrialPrinter(), self.notes]
         gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules
+
+    def update_study_note(self) -> None:
+        self.notes.update_study_note(self.study)
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         def started(trial_id: int) -> None:
@@ -181,6 +192,13 @@ class ChildTrials:
             multiprocessing.forkserver.ensure_running()
         finally:
             del os.environ[WARMUP_ENV]
+
+    def update_study_note(self) -> None:
+        child = self.context.Process(target=write_study_note, args=(self.storage_url, self.study.study_name))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            print(f"the study note was not updated: {crash_verdict(child.exitcode).detail}", file=sys.stderr)
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.

@@ -24,12 +24,16 @@ from hpo.workloads.base import Workload
 
 __all__ = ["objective_values", "speed_attrs"]
 
+# The count runs on this many samples: every sample of a batch has the same shape, so matmul FLOPs
+# per sample do not depend on how many there are, and a small batch counts them in a fraction of a step.
+FLOP_COUNT_SAMPLES = 2
+
 
 def _flops_per_sample(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore) -> float:
     key = "flops-" + reference_key(config, device)
     cached = store.get(key)
     if cached is None:
-        batch = next(workload.train_batches(config.training.batch_size, config.seed))
+        batch = next(workload.train_batches(min(FLOP_COUNT_SAMPLES, config.training.batch_size), config.seed))
         cached = {"model_flops_per_sample": model_flops_per_sample(workload, batch)}
         store.put(key, cached)
     return cached["model_flops_per_sample"]

@@ -30,3 +30,19 @@ def test_count_leaves_the_rng_as_it_found_it():
     state = torch.random.get_rng_state()
     model_flops_per_sample(workload, batch)
     assert torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("causal_lm", {"n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 16, "corpus_bytes": 20_000}),
+        ("text_classification", {"model": "tiny", "max_length": 16, "n_train": 64, "n_eval": 16}),
+    ],
+)
+def test_flops_per_sample_do_not_depend_on_the_batch_they_are_counted_on(name, options):
+    """Trials count on FLOP_COUNT_SAMPLES samples, not their whole batch."""
+    from hpo.trial.speed import FLOP_COUNT_SAMPLES
+
+    workload = create_workload(name, options)
+    small = model_flops_per_sample(workload, next(workload.train_batches(FLOP_COUNT_SAMPLES, seed=0)))
+    assert small == model_flops_per_sample(workload, next(workload.train_batches(16, seed=0))) and small > 0
