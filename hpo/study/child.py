@@ -24,7 +24,6 @@ from hpo.storage.retry import UNFINISHED
 from hpo.storage.urls import mask_password
 from hpo.study.budget import BindOnStart, bind_ticket, tickets_of
 from hpo.study.create import build_sampler, open_hpo_study
-from hpo.study.notes import DashboardNotes
 from hpo.study.progress import TrialPrinter, set_sink
 from hpo.study.quiet import quiet_optuna
 from hpo.verdicts import Kind, Verdict
@@ -114,17 +113,8 @@ def run_one_trial(
     study.optimize(
         GuardedObjective(Objective(space, launched_at=launched_at), worker=worker),
         n_trials=1,
-        callbacks=[TrialPrinter(), DashboardNotes()],
+        callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
         gc_after_trial=False,
         catch=(Exception,),
     )
     # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.
-
-
-def write_study_note(storage_url: str, study_name: str) -> None:
-    """The study's final note, written from a forkserver child: optuna-dashboard is imported there
-    already, and importing it in the worker would cost the command close to a second at its end."""
-    die_with_parent()
-    quiet_optuna()
-    study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url, check_schema=False))
-    DashboardNotes().update_study_note(study)

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
@@ -28,7 +29,7 @@ from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
 from hpo.study.budget import BindOnStart, ClaimKeeper, bind_ticket, has_running, recover, require_budget
-from hpo.study.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket, write_study_note
+from hpo.study.child import GuardedObjective, die_with_parent, run_one_trial, sampler_for_ticket
 from hpo.study.create import open_hpo_study
 from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.notes import DashboardNotes
@@ -53,9 +54,6 @@ PRELOAD = [
     "sqlalchemy.orm",
     "hpo.study.child",
     "hpo.study.objective",  # the trial stack; the worker itself never imports torch
-    # The dashboard notes (DashboardNotes) import optuna_dashboard, and with it optuna.importance
-    # and scikit-learn: 0.85 s a child otherwise. Skipped by the forkserver when not installed.
-    "optuna_dashboard",
 ]
 
 
@@ -177,11 +175,17 @@ class InProcessTrials:
 
 
 class ChildTrials:
-    """Run each trial in a forkserver child; turn a child's death into a recorded, retried failure."""
+    """Run each trial in a forkserver child; turn a child's death into a recorded, retried failure.
+    The worker writes each trial's dashboard note when its process has ended (a crashed trial gets
+    one too): optuna_dashboard, with optuna.importance and scikit-learn, takes 0.85 s to import, here
+    once and in a thread while the forkserver starts, rather than in every trial process."""
 
     def __init__(self, study: optuna.Study, storage_url: str, space: SearchSpace, tickets: TicketBudget):
         self.study, self.storage_url, self.tickets = study, storage_url, tickets
         self.startup_failures = 0
+        self._notes: DashboardNotes | None = None
+        self._notes_loading = threading.Thread(target=self._load_notes, name="hpo-load-notes", daemon=True)
+        self._notes_loading.start()
         self.context = multiprocessing.get_context("forkserver")
         warmup = ["hpo.study.forkserver_warmup"]
         self.context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url), *warmup])
@@ -193,12 +197,16 @@ class ChildTrials:
         finally:
             del os.environ[WARMUP_ENV]
 
+    def _load_notes(self) -> None:
+        self._notes = DashboardNotes()
+
+    @property
+    def notes(self) -> DashboardNotes:
+        self._notes_loading.join()
+        return self._notes
+
     def update_study_note(self) -> None:
-        child = self.context.Process(target=write_study_note, args=(self.storage_url, self.study.study_name))
-        child.start()
-        child.join()
-        if child.exitcode != 0:
-            print(f"the study note was not updated: {crash_verdict(child.exitcode).detail}", file=sys.stderr)
+        self.notes.update_study_note(self.study)
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
@@ -222,6 +230,7 @@ class ChildTrials:
         self.startup_failures = 0
         if child.exitcode != 0:
             fail_crashed_trial(self.study, trial_id, str(crash_verdict(child.exitcode)))
+        self.notes(self.study, storage_of(self.study).get_trial(trial_id))
 
     def _no_trial(self, serial: int, exitcode: int) -> None:
         self.tickets.release(serial)  # the trial never started: its ticket goes back

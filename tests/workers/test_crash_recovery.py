@@ -5,11 +5,15 @@ HPO_GRACE_PERIOD), so a killed worker's trial is failed within seconds."""
 
 from __future__ import annotations
 
+import optuna
 import pytest
 from optuna.trial import TrialState
+from optuna_dashboard._note import get_note_from_system_attrs
 
+from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.trial.records import check_trial_attrs
 from worker_harness import (
+    STUDY,
     alive,
     create_study,
     descendants,
@@ -61,6 +65,10 @@ def test_trial_process_that_segfaults_is_recorded_and_retried_with_same_params(t
         check_trial_attrs(t.user_attrs)
     assert "retrying with the same parameters (retry 1 of 2)" in run.stderr
     _assert_budget_spent_exactly(url, 2, found)
+    # The worker writes each trial's dashboard note once its process ends, the crashed one's too.
+    study = optuna.load_study(study_name=STUDY, storage=url)
+    attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
+    assert get_note_from_system_attrs(attrs, trial_id_of(crashed))["body"].startswith(f"## Trial {crashed.number}: crashed")
 
 
 @pytest.mark.slow
