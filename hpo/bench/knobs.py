@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hpo.bench.host import cpu_info
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.errors import UserInputError
@@ -216,6 +217,7 @@ def meta(bench: KnobsBench, device: torch.device) -> dict:
         "device_model": device_model(device),
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **cpu_info(),
         "bf16": bf16_supported(device).why or "native",
         "threads": torch.get_num_threads(),
         "batch_size": bench.batch_size,

@@ -26,6 +26,7 @@ from pathlib import Path
 import optuna
 import yaml
 
+from hpo.bench.host import cpu_info
 from hpo.bench.vs_hf_report import summarize
 from hpo.bench.vs_hf_task import SearchTask, hpo_space
 from hpo.errors import HpoError
@@ -37,7 +38,6 @@ STUDY = "vs-hf"
 # The trial user attrs read back from hpo's study; `phases_s` is absent from older hpo versions.
 HPO_ATTRS = ("verdict", "train_samples_per_s", "step_time_ms", "steps_run", "train_s", "probe_s", "probe_cached", "trial_s")
 HPO_PHASES_ATTR = "phases_s"
-CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
 VERSIONS = ("torch", "transformers", "accelerate", "optuna", "hpo")
 
 
@@ -156,20 +156,8 @@ def _hpo_trial(trial: optuna.trial.FrozenTrial) -> dict:
 
 def host_info() -> dict:
     """The CPU (model, flags that matter for bf16 matmuls, cores) and the versions of the stack."""
-    model, flags = "unknown", set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown":
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
     return {
-        "cpu_model": model,
-        "cpu_flags": {flag: flag in flags for flag in CPU_FLAGS},
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        **cpu_info(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "versions": {name: _version(name) for name in VERSIONS},

@@ -35,6 +35,8 @@ def test_bench_knobs_writes_a_row_per_config(tmp_path):
         "cpu",
         "--out",
         str(out),
+        # Any evaluation beats a val_loss of 100: each config reaches it at its first evaluation.
+        *("--target", "val_loss=100", "--target-max-steps", "6", "--target-eval-every", "2"),
         *TINY,
     ]
     # --no-skip-slow: on a shared CPU a noisy probe could otherwise call a config "slow" and skip it.
@@ -59,6 +61,16 @@ def test_bench_knobs_writes_a_row_per_config(tmp_path):
     assert 0 < overhead["cached_lookup_s"] < overhead["cached_trial_s"]
     assert "baseline" in proc.stdout and "verification overhead" in proc.stdout
 
+    target = result["time_to_target"]
+    assert target["run"] == {"metric": "val_loss", "value": 100.0, "max_steps": 6, "eval_every": 2}
+    reached = {row["config"]: row for row in target["rows"]}
+    assert list(reached) == ["baseline", "fused", "ckpt"]
+    for row in reached.values():
+        assert row["reached"] and row["steps_run"] == 2 and row["time_to_target_s"] > 0 and row["mfu"] > 0
+    assert reached["baseline"]["speedup_vs_baseline"] == 1.0
+    assert "time to val_loss 100.0" in proc.stdout and "| baseline |" in proc.stdout
+    assert set(result["meta"]["cpu_flags"]) >= {"avx512_bf16", "amx_bf16", "avx2"}
+
 
 def test_unknown_config_is_a_user_error(tmp_path):
     proc = subprocess.run(
@@ -69,3 +81,14 @@ def test_unknown_config_is_a_user_error(tmp_path):
     )
     assert proc.returncode == 2
     assert "unknown config 'bf32'" in proc.stderr and "bf16+fused" in proc.stderr
+
+
+def test_a_target_that_is_not_metric_equals_number_is_a_user_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--target", "val_loss", "--out", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "--target must be METRIC=NUMBER" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
