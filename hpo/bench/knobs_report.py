@@ -18,13 +18,13 @@ def _rows(result: dict) -> list[str]:
         f"baseline (fp32 / eager / for-loop AdamW)",
         f"{meta['peak_mem_means']}; compile row: mode 'default', backend {meta['compile_backend']}",
         f"{'config':16s} {'samples/s':>10s} {'x':>6s} {'step ms':>9s} {'x':>6s} {'peak MB':>8s} {'x':>6s} "
-        f"{'probe x':>8s}  verdict",
+        f"{'slowdown':>8s}  verdict",
     ]
     for r in result["rows"]:
         lines.append(
             f"{r['config']:16s} {fmt(r['samples_per_s'], '10.1f')} {fmt(r['samples_per_s_ratio'], '6.2f')} "
             f"{fmt(r['step_ms'], '9.1f')} {fmt(r['step_ms_ratio'], '6.2f')} {fmt(r['peak_mem_mb'], '8.1f')} "
-            f"{fmt(r['peak_mem_mb_ratio'], '6.2f')} {fmt(r['probe_slowdown'], '8.2f')}  {r['verdict'][:70]}"
+            f"{fmt(r['peak_mem_mb_ratio'], '6.2f')} {fmt(r['slowdown'], '8.2f')}  {r['verdict'][:70]}"
         )
     return lines
 

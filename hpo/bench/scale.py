@@ -83,11 +83,13 @@ def _worker(url: str, name: str, start, results) -> None:
     results.put({"trials": ran, "db_s": timer.seconds})
 
 
-def run_workers(admin: str, workers: int, per_worker: int) -> dict:
-    """`workers` processes of hpo's worker loop share one study of workers x per_worker trials."""
+def run_workers(admin: str, workers: int, per_worker: int, systems: dict | None = None, after=None) -> dict:
+    """`workers` processes of hpo's worker loop share one study of workers x per_worker trials.
+    `after(url, study_name)`, when given, looks at the finished study before its database is
+    dropped; its result is the row's "after"."""
     url, drop = fresh_database(admin)
     try:
-        name = create_study(url, space("bench-workers", workers * per_worker)).study_name
+        name = create_study(url, space("bench-workers", workers * per_worker, systems)).study_name
         ctx = multiprocessing.get_context("fork")  # the parent holds no connection and no thread here
         start, results = ctx.Event(), ctx.Queue()
         procs = [ctx.Process(target=_worker, args=(url, name, start, results)) for _ in range(workers)]
@@ -100,7 +102,10 @@ def run_workers(admin: str, workers: int, per_worker: int) -> dict:
         server = server_cpu_s() - server_before
         for proc in procs:
             proc.join()
-        return _workers_row(url, name, workers * per_worker, procs, done, began, server)
+        row = _workers_row(url, name, workers * per_worker, procs, done, began, server)
+        if after is not None:
+            row["after"] = after(url, name)
+        return row
     finally:
         drop()
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import optuna
 
 from hpo.config.space import SearchSpace
+from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner
 from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
 from hpo.study.progress import eval_line
@@ -54,7 +55,7 @@ class Objective:
             self.on_start(trial)
         with phases("sample"):
             config = suggest_config(trial, self.space)
-        on_eval = _reporter(trial, config.objectives, config.training.max_steps)
+        on_eval = _reporter(trial, config.objectives, config.training)
         outcome = execute(config, StudyVerdicts(trial.study), on_eval=on_eval, phases=phases)
         with phases("storage"):
             set_user_attrs(trial, {**outcome.attrs, "verdict": str(outcome.verdict)})
@@ -67,9 +68,12 @@ class Objective:
         return values[0] if len(values) == 1 else values
 
 
-def _reporter(trial: optuna.Trial, objectives: tuple[str, ...], max_steps: int):
+def _reporter(trial: optuna.Trial, objectives: tuple[str, ...], training: TrainingConfig):
     def on_eval(step: int, metrics: dict[str, float]) -> None:
-        eval_line(trial.number, step, max_steps, metrics)
+        # Under a time budget the report step is milliseconds of training (see EvalSchedule).
+        budget = training.budget_s
+        where = f"step {step}/{training.max_steps}" if budget is None else f"{step / 1000:g}/{budget:g} s of training"
+        eval_line(trial.number, where, metrics)
         if len(objectives) != 1:
             return  # Optuna prunes single-objective studies only
         trial.report(metrics[objectives[0]], step)

@@ -30,8 +30,7 @@ MODE_ENV = "HPO_PROGRESS"  # "lines" forces plain lines (set for workers that sh
 @dataclass(frozen=True)
 class EvalEvent:
     trial: int
-    step: int
-    max_steps: int
+    where: str  # "step 40/100", or "5.0/10 s of training" under a time budget
     metrics: dict[str, float]
 
 
@@ -60,8 +59,8 @@ def report(event: Event) -> None:
     _sink(event)
 
 
-def eval_line(trial_number: int, step: int, max_steps: int, metrics: dict[str, float]) -> None:
-    report(EvalEvent(trial_number, step, max_steps, dict(metrics)))
+def eval_line(trial_number: int, where: str, metrics: dict[str, float]) -> None:
+    report(EvalEvent(trial_number, where, dict(metrics)))
 
 
 class TrialPrinter:
@@ -93,7 +92,7 @@ class LineDisplay:
 
     def show(self, event: Event) -> None:
         if isinstance(event, EvalEvent):
-            text = f"  trial {event.trial} step {event.step}/{event.max_steps} {_metrics_text(event.metrics)}"
+            text = f"  trial {event.trial} {event.where} {_metrics_text(event.metrics)}"
         else:
             text = f"{_trial_text(event, self.total)} ({time.perf_counter() - self.start:.0f} s elapsed)"
         print(text, file=sys.stderr, flush=True)
@@ -112,7 +111,7 @@ class BarDisplay:
 
     def show(self, event: Event) -> None:
         if isinstance(event, EvalEvent):
-            self._postfix(f"trial {event.trial} step {event.step}/{event.max_steps} {_metrics_text(event.metrics)}")
+            self._postfix(f"trial {event.trial} {event.where} {_metrics_text(event.metrics)}")
             return
         self.write(_trial_text(event, self.total), file=sys.stderr)
         if event.values:

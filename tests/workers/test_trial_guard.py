@@ -13,7 +13,7 @@ from hpo.config.space import parse_space
 from hpo.storage.retry import UNFINISHED
 from hpo.study.budget import BindOnStart
 from hpo.study.child import GuardedObjective, sampler_for_ticket
-from hpo.study.workers import crash_verdict
+from hpo.study.trial_runners import crash_verdict
 
 
 def _run(objective) -> optuna.trial.FrozenTrial:
