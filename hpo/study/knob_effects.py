@@ -54,31 +54,55 @@ def _trained(trial: FrozenTrial) -> bool:
 
 
 def knob_effects(trials: list[FrozenTrial]) -> list[KnobEffect]:
-    """One row per value of every knob that took more than one value in `trials`."""
-    rows = []
+    """One row per value of every knob that took more than one value in `trials`. Linear in the
+    number of trials: the study note recomputes it as the study grows to thousands."""
+    rows, peers = [], _Peers([t for t in trials if _trained(t)])
     for knob in KNOBS:
         values = Counter(_knobs(t).get(knob) for t in trials if knob in _knobs(t))
         if len(values) < 2:
             continue
         baseline = BASELINES[knob] if BASELINES[knob] in values else values.most_common(1)[0][0]
         for value in sorted(values, key=str):
-            rows.append(_effect(trials, knob, value, baseline))
+            rows.append(_effect(trials, peers, knob, value, baseline))
     return rows
 
 
-def _effect(trials: list[FrozenTrial], knob: str, value, baseline) -> KnobEffect:
+def _key(knobs: dict) -> tuple:
+    return tuple(sorted(knobs.items()))
+
+
+class _Peers:
+    """Trials that trained, grouped by their whole knob combination, with each group's medians."""
+
+    def __init__(self, trained: list[FrozenTrial]):
+        self.trained, self._groups = trained, {}
+        for trial in trained:
+            self._groups.setdefault(_key(_knobs(trial)), []).append(trial)
+        self._medians: dict[tuple, tuple[float, float]] = {}
+
+    def medians(self, knobs: dict) -> tuple[float, float] | None:
+        """(median samples/s, median first objective) of the trials with exactly these knobs."""
+        key = _key(knobs)
+        if key not in self._medians:
+            group = self._groups.get(key)
+            if not group:
+                return None
+            speed = statistics.median(t.user_attrs["train_samples_per_s"] for t in group)
+            self._medians[key] = (speed, statistics.median(t.values[0] for t in group))
+        return self._medians[key]
+
+
+def _effect(trials: list[FrozenTrial], peers: _Peers, knob: str, value, baseline) -> KnobEffect:
     effect = KnobEffect(knob, value, baseline)
     effect.verdicts = Counter(_verdict_kind(t) for t in trials if _knobs(t).get(knob) == value)
     if value == baseline:
         return effect
     ratios, diffs = [], []
-    for trial in (t for t in trials if _trained(t) and _knobs(t).get(knob) == value):
-        peers = [p for p in trials if _trained(p) and _knobs(p) == {**_knobs(trial), knob: baseline}]
-        if peers:
-            ratios.append(
-                trial.user_attrs["train_samples_per_s"] / statistics.median(p.user_attrs["train_samples_per_s"] for p in peers)
-            )
-            diffs.append(trial.values[0] - statistics.median(p.values[0] for p in peers))
+    for trial in (t for t in peers.trained if _knobs(t).get(knob) == value):
+        found = peers.medians({**_knobs(trial), knob: baseline})
+        if found is not None:
+            ratios.append(trial.user_attrs["train_samples_per_s"] / found[0])
+            diffs.append(trial.values[0] - found[1])
     effect.compared = len(ratios)
     if ratios:
         effect.speed_ratio, effect.metric_diff = statistics.median(ratios), statistics.median(diffs)
