@@ -72,23 +72,18 @@ def test_bench_knobs_writes_a_row_per_config(tmp_path):
     assert set(result["meta"]["cpu_flags"]) >= {"avx512_bf16", "amx_bf16", "avx2"}
 
 
-def test_unknown_config_is_a_user_error(tmp_path):
+def _bad_input(tmp_path, *args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--configs", "bf32", "--out", str(tmp_path / "x.json")],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, str(SCRIPT), *args, "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 2 and not (tmp_path / "x.json").exists(), proc.stderr
+    return proc
+
+
+def test_unknown_config_is_a_user_error(tmp_path):
+    proc = _bad_input(tmp_path, "--configs", "bf32")
     assert "unknown config 'bf32'" in proc.stderr and "bf16+fused" in proc.stderr
 
 
 def test_a_target_that_is_not_metric_equals_number_is_a_user_error(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--target", "val_loss", "--out", str(tmp_path / "x.json")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 2 and "--target must be METRIC=NUMBER" in proc.stderr
-    assert not (tmp_path / "x.json").exists()
+    assert "--target must be METRIC=NUMBER" in _bad_input(tmp_path, "--target", "val_loss").stderr
