@@ -21,13 +21,19 @@ from hpo.study.progress import MODE_ENV, make_display, set_sink
 from hpo.study.quiet import quiet_optuna
 from hpo.study.trial_runners import ChildTrials, InProcessTrials
 
-STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
+STORAGE_ENV = "HPO_STORAGE"
+# Where a Linux host (or a container given GPUs) shows an NVIDIA or AMD GPU driver.
+GPU_DRIVER_PATHS = (
+    "/proc/driver/nvidia",
+    "/dev/nvidiactl",
+    "/dev/kfd",
+)  # workers get the URL here, not in argv where `ps` would show a password
 
 
 def default_workers() -> int:
     """One worker per visible GPU; on CPU one, since a trial's kernels already use every core."""
-    if not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/kfd"):
-        return 1  # no NVIDIA or AMD GPU driver on this Linux host: no GPU, and no torch import (1 s) to say so
+    if not any(os.path.exists(path) for path in GPU_DRIVER_PATHS):
+        return 1  # no NVIDIA or AMD GPU driver here: no GPU, and no torch import (1 s) to say so
     import torch
 
     return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
