@@ -78,15 +78,14 @@ def execute(
     if cached is not None and not cached_verdict(cached).ok:
         attrs.update(probe_s=0.0, probe_cached=True, slowdown=cached.get("slowdown"), knobs_observed=cached.get("observed", {}))
         return _ended(cached_verdict(cached), attrs)
-    start = time.perf_counter()
     with trial_runtime(device) as runtime:
         attrs["runtime"] = runtime
-        return _verify_and_train(config, device, verdicts, (key, facts), cached, attrs, on_eval, (start, phases))
+        return _verify_and_train(config, device, verdicts, (key, facts), cached, attrs, on_eval, phases)
 
 
-def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, timing) -> TrialOutcome:
+def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, phases: Phases) -> TrialOutcome:
     key, facts = keyed
-    start, phases = timing
+    start = time.perf_counter()
     assembled = None
     try:
         with phases("data"):

@@ -60,7 +60,8 @@ class ProbeResult:
 
     def record(self) -> dict:
         """The cache's record: the verdict as its readable string, with what it implicates."""
-        record = {name: value for name, value in asdict(replace(self, model=None)).items() if name != "model"}
+        record = asdict(replace(self, model=None))  # a model is no record: never copied into one
+        del record["model"]
         record["verdict"], record["implicates"] = str(self.verdict), self.verdict.implicated_record()
         return record
 
