@@ -28,20 +28,26 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from hpo.app.reuse import best_trials, trial_summary
     from hpo.config.space import load_space
-    from hpo.study.create import create_or_resume
-    from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
-    from hpo.study.workers import run_workers
+    from hpo.study.trial_server import start_early
 
     space = load_space(args.space)
     if args.workers is not None and args.workers < 0:
         raise UserInputError(f"--workers must be >= 0 (0: create or resume the study only), got {args.workers}")
     name = args.study or space.study.name
     url = _storage(args, name)
+    if args.workers != 0:
+        start_early(space, url, args.workers, isolate=not args.in_process)
+    # Imported after that start: Optuna's imports then overlap the forkserver's.
+    from hpo.app.reuse import best_trials, trial_summary
+    from hpo.study.create import create_or_resume
+    from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
+    from hpo.study.workers import run_workers
+
     needs = {r.name: r for r in sampler_requirements()}[space.study.sampler.name]
     if not needs.usable:  # checked before anything is stored: every trial would fail otherwise
         raise UserInputError(f"study.sampler.name: {needs.name} {needs.why}")
+
     study = create_or_resume(space, url, name, n_trials=args.n_trials)
     print(f"study {name!r} in {mask_password(url)}", file=sys.stderr)
     note = SAMPLER_NOTES.get(space.study.sampler.name)

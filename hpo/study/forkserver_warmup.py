@@ -68,7 +68,7 @@ def _start_profiler_once() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from hpo.evidence.capture import stderr_silenced
+    from hpo.evidence.capture import ops_seen, stderr_silenced
 
     x = torch.ones(8, 8)
     prof = profile(activities=[ProfilerActivity.CPU])
@@ -76,7 +76,7 @@ def _start_profiler_once() -> None:
         prof.start()
         x @ x
         prof.stop()
-    prof.events()
+    ops_seen(prof, inside="Optimizer.step#")
 
 
 _spec = os.environ.pop(WARMUP_ENV, None)  # popped: the trial processes forked from here skip it

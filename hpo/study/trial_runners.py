@@ -9,8 +9,6 @@ It starts clean, so this is safe even if the worker has initialised CUDA (plain 
 from __future__ import annotations
 
 import gc
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -18,7 +16,6 @@ import threading
 import time
 
 import optuna
-import sqlalchemy
 
 from hpo.config.space import SearchSpace
 from hpo.storage.optuna_compat import storage_of
@@ -26,31 +23,15 @@ from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
 from hpo.study.budget import BindOnStart, ClaimKeeper, bind_ticket
 from hpo.study.child import GuardedObjective, run_one_trial, sampler_for_ticket
-from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.notes import DashboardNotes
 from hpo.study.progress import TrialPrinter, report
+from hpo.study.trial_server import start_trial_server
 from hpo.verdicts import Kind, Verdict
-from hpo.workloads.registry import BUILTIN_WORKLOADS
 
-__all__ = ["PRELOAD", "ChildTrials", "InProcessTrials", "crash_verdict", "worker_name"]
+__all__ = ["ChildTrials", "InProcessTrials", "crash_verdict", "worker_name"]
 
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
-
-# Imported once in the forkserver rather than in every trial process: torch and torch._dynamo (the
-# trainer and profiler import it lazily: about 4 s a child otherwise), and what opening an Optuna
-# storage imports lazily (alembic, the ORM, Optuna's models: about 0.5 s a child otherwise).
-PRELOAD = [
-    "torch",
-    "torch._dynamo",
-    "torch.profiler._cupti_monitor",
-    "optuna",
-    "optuna.storages._rdb.models",
-    "alembic.migration",
-    "sqlalchemy.orm",
-    "hpo.study.child",
-    "hpo.study.objective",  # the trial stack; the worker itself never imports torch
-]
 
 
 def worker_name() -> str:
@@ -97,16 +78,7 @@ class ChildTrials:
         self._notes: DashboardNotes | None = None
         self._notes_loading = threading.Thread(target=self._load_notes, name="hpo-load-notes", daemon=True)
         self._notes_loading.start()
-        self.context = multiprocessing.get_context("forkserver")
-        warmup = ["hpo.study.forkserver_warmup"]
-        self.context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url), *warmup])
-        # Started now, so its warm-up overlaps the worker's own start; the study's workload reaches it
-        # through its environment, and only its (a forkserver already running keeps its warm-up).
-        os.environ[WARMUP_ENV] = warmup_env(space)
-        try:
-            multiprocessing.forkserver.ensure_running()
-        finally:
-            del os.environ[WARMUP_ENV]
+        self.context = start_trial_server(space, storage_url)
 
     def _load_notes(self) -> None:
         self._notes = DashboardNotes()
@@ -160,18 +132,6 @@ def _relay_progress(conn) -> None:
             report(conn.recv())
         except EOFError:
             return
-
-
-def _driver_modules(storage_url: str) -> list[str]:
-    """The SQLAlchemy dialect and database driver a storage URL needs (a name that is no module,
-    such as SQLite's "pysqlite", is skipped by the forkserver)."""
-    url = sqlalchemy.engine.make_url(storage_url)
-    return [url.get_dialect().__module__, url.get_driver_name()]
-
-
-def _workload_module(space: SearchSpace) -> str:
-    name = space.spec.workload.name
-    return BUILTIN_WORKLOADS.get(name, name).partition(":")[0]
 
 
 def crash_verdict(exitcode: int) -> Verdict:

@@ -17,26 +17,12 @@ from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.study.budget import ClaimKeeper, has_running, recover, require_budget
 from hpo.study.child import die_with_parent
 from hpo.study.create import open_hpo_study
+from hpo.study.placement import default_workers, visible_gpus
 from hpo.study.progress import MODE_ENV, make_display, set_sink
 from hpo.study.quiet import quiet_optuna
 from hpo.study.trial_runners import ChildTrials, InProcessTrials
 
-STORAGE_ENV = "HPO_STORAGE"
-# Where a Linux host (or a container given GPUs) shows an NVIDIA or AMD GPU driver.
-GPU_DRIVER_PATHS = (
-    "/proc/driver/nvidia",
-    "/dev/nvidiactl",
-    "/dev/kfd",
-)  # workers get the URL here, not in argv where `ps` would show a password
-
-
-def default_workers() -> int:
-    """One worker per visible GPU; on CPU one, since a trial's kernels already use every core."""
-    if not any(os.path.exists(path) for path in GPU_DRIVER_PATHS):
-        return 1  # no NVIDIA or AMD GPU driver here: no GPU, and no torch import (1 s) to say so
-    import torch
-
-    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
 
 
 def run_workers(study: optuna.Study, storage_url: str, workers: int | None, timeout: float | None, isolate: bool) -> int:
@@ -67,7 +53,7 @@ _die_with_parent = functools.partial(die_with_parent, signal.SIGTERM)
 
 def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
     env = dict(os.environ, **{STORAGE_ENV: storage_url})
-    gpus = _visible_gpus()
+    gpus = visible_gpus()
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
     elif "OMP_NUM_THREADS" not in env:
@@ -75,15 +61,6 @@ def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     env[MODE_ENV] = "lines"  # workers share one terminal: one bar each would overwrite each other
     return env
-
-
-def _visible_gpus() -> list[str]:
-    import torch
-
-    if not torch.cuda.is_available():
-        return []
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return listed.split(",") if listed else [str(i) for i in range(torch.cuda.device_count())]
 
 
 def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = None, isolate: bool = True) -> int:

@@ -159,13 +159,13 @@ def _compare(knobs: Knobs, loss: float, grads, ref_loss: float, ref_grads) -> Pr
     overflow = [("precision", precision)]  # non-finite values: the model overflows this dtype
     if not torch.isfinite(torch.tensor(loss)):
         return ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, f"non-finite loss {loss} under {precision}", overflow))
-    if not all(torch.isfinite(g).all() for g in grads):
+    if not _all_finite(grads):
         detail = f"non-finite gradients under {precision} (overflow)"
         return ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, detail, overflow))
     loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-12)
-    diff = torch.sqrt(sum(((g - r) ** 2).sum() for g, r in zip(grads, ref_grads)))
-    norm = torch.sqrt(sum((r**2).sum() for r in ref_grads))
-    grad_err = (diff / norm.clamp_min(1e-12)).item()
+    # Norms per tensor with foreach kernels, then of those: one pass, no Python loop over tensors.
+    diff = _global_norm(torch._foreach_sub(grads, ref_grads))
+    grad_err = (diff / _global_norm(ref_grads).clamp_min(1e-12)).item()
     tol = TOLERANCES[precision]
     result = ProbeResult(verdict=Verdict(Kind.OK), loss_rel_err=loss_err, grad_rel_err=grad_err)
     if loss_err > tol.loss:
@@ -175,6 +175,19 @@ def _compare(knobs: Knobs, loss: float, grads, ref_loss: float, ref_grads) -> Pr
         detail = f"gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})"
         result.verdict = Verdict.make(Kind.INCOMPATIBLE, detail, differing_from_reference(knobs))
     return result
+
+
+def _global_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))
+
+
+def _all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element is finite. A NaN or an infinity makes its tensor's norm non-finite, so
+    finite norms prove it in one foreach pass; a norm that overflowed from finite values is rare
+    and checked element by element."""
+    if not tensors or bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors))).all()):
+        return True
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def _time_trial(result: ProbeResult, trial: AssembledModel, batch: Batch, config: TrialConfig, reference_ms: float) -> None:

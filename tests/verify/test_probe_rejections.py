@@ -91,3 +91,13 @@ def test_working_but_much_slower_combination_is_flagged_with_its_ratio():
     assert f"{result.slowdown:.1f}x" in str(result.verdict)
     kept = probe(knobs, skip_slow=False, d_model=384, seq_len=64, n_blocks=1)
     assert str(kept.verdict) == "ok" and kept.slowdown > 1.0  # measured and recorded, not skipped
+
+
+def test_the_finite_check_of_gradients_is_exact_where_a_norm_would_overflow():
+    from hpo.verify.probe import _all_finite
+
+    huge = [torch.full((4,), 3e38), torch.ones(3)]  # finite, though their norm overflows fp32
+    assert torch.isinf(torch.linalg.vector_norm(huge[0]))
+    assert _all_finite(huge)
+    assert not _all_finite([torch.ones(3), torch.tensor([1.0, float("nan")])])
+    assert not _all_finite([torch.tensor([float("-inf")]), torch.ones(2)])

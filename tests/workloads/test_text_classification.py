@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import socket
 
 import pytest
@@ -195,3 +196,20 @@ def test_minilm_loads_pretrained_weights_offline(monkeypatch):
     loss = workload.training_loss(model, next(workload.train_batches(16, seed=0)))
     loss.backward()
     assert math.isfinite(loss.item())
+    # The weights live in the process's own memory, not in the checkpoint's memory map, whose pages
+    # the first optimizer step would copy-on-write fault one by one (0.2 s a trial).
+    mapped = _mapped_ranges(f"{tc._model_path()}/model.safetensors")
+    tensors = [*model.parameters(), *model.buffers()]
+    assert not [t for t in tensors if any(lo <= t.data_ptr() < hi for lo, hi in mapped)]
+
+
+def _mapped_ranges(path: str) -> list[tuple[int, int]]:
+    """The address ranges at which this process maps `path` (Linux)."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and os.path.realpath(fields[5]) == os.path.realpath(path):
+                lo, hi = fields[0].split("-")
+                ranges.append((int(lo, 16), int(hi, 16)))
+    return ranges

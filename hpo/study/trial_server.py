@@ -1,0 +1,77 @@
+"""The forkserver each worker forks its trial processes from (`hpo.study.trial_runners`).
+
+It imports torch and the trial stack once and warms up the study's workload
+(`hpo.study.forkserver_warmup`), so a trial process costs a fork rather than a new interpreter. This
+module imports neither torch nor Optuna: `hpo run` starts the forkserver before it imports them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
+import os
+
+import sqlalchemy.engine
+
+from hpo.config.space import SearchSpace
+from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
+from hpo.study.placement import default_workers
+from hpo.workloads.registry import BUILTIN_WORKLOADS
+
+__all__ = ["PRELOAD", "preload", "start_early", "start_trial_server"]
+
+# Imported once in the forkserver rather than in every trial process: torch and torch._dynamo (the
+# optimizers and the profiler import it lazily: about 1 s a child otherwise), what opening an Optuna
+# storage imports lazily (alembic, the ORM, Optuna's models: about 0.5 s a child otherwise), and the
+# trial stack.
+PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "torch.profiler._cupti_monitor",
+    "optuna",
+    "optuna.storages._rdb.models",
+    "alembic.migration",
+    "sqlalchemy.orm",
+    "hpo.study.child",
+    "hpo.study.objective",  # the trial stack; the worker itself never imports torch
+]
+
+
+def preload(space: SearchSpace, storage_url: str) -> list[str]:
+    """The modules the forkserver imports for this study, its warm-up last."""
+    return [*PRELOAD, _workload_module(space), *_driver_modules(storage_url), "hpo.study.forkserver_warmup"]
+
+
+def start_trial_server(space: SearchSpace, storage_url: str) -> multiprocessing.context.BaseContext:
+    """Start this process's forkserver, preloaded and warmed up for the study's workload, and
+    return its context. The warm-up runs in the forkserver while this process goes on; a forkserver
+    already running is kept, with its warm-up."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(preload(space, storage_url))
+    # The study's workload reaches the warm-up through the forkserver's environment, and only its.
+    os.environ[WARMUP_ENV] = warmup_env(space)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        del os.environ[WARMUP_ENV]
+    return context
+
+
+def start_early(space: SearchSpace, storage_url: str, workers: int | None, isolate: bool) -> None:
+    """Start the forkserver now when `run_workers` with these arguments will run the trials in
+    this process: its imports and warm-up (about 4 s) then overlap the study's creation."""
+    if isolate and (workers or default_workers()) == 1:
+        start_trial_server(space, storage_url)
+
+
+def _driver_modules(storage_url: str) -> list[str]:
+    """The SQLAlchemy dialect and database driver a storage URL needs (a name that is no module,
+    such as SQLite's "pysqlite", is skipped by the forkserver)."""
+    url = sqlalchemy.engine.make_url(storage_url)
+    return [url.get_dialect().__module__, url.get_driver_name()]
+
+
+def _workload_module(space: SearchSpace) -> str:
+    name = space.spec.workload.name
+    return BUILTIN_WORKLOADS.get(name, name).partition(":")[0]
