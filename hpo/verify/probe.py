@@ -35,7 +35,11 @@ from hpo.verify.slow import SlowLimit
 from hpo.verify.tolerances import TOLERANCES
 from hpo.workloads.base import Batch, Workload
 
-TIMED_STEPS = 2
+TIMED_STEPS = 2  # `hpo probe`'s timing of a trial's knobs: the fastest of two
+# The reference's step is timed once: its compare step has already run the optimizer, and the first
+# full-batch step after that measured 0-6% above later ones here (MiniLM, fresh trial processes).
+# Any excess reads as a slightly faster trial, so the slow check errs towards passing, never rejecting.
+REFERENCE_TIMED_STEPS = 1
 PROBE_SAMPLES = 4
 
 
@@ -122,7 +126,7 @@ def _probe(
         result.verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, config.knobs, prefix="ran other than asked: ")
     if result.ok:
         if reference_ms is None:
-            reference_ms = _fastest_step_ms(reference, batch, TIMED_STEPS, budget_ms=None)
+            reference_ms = _fastest_step_ms(reference, batch, REFERENCE_TIMED_STEPS, budget_ms=None)
             store.put(reference_key(config, device), {"step_ms": reference_ms})
         result.reference_step_ms = reference_ms
         if timed:

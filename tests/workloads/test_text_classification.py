@@ -213,3 +213,14 @@ def _mapped_ranges(path: str) -> list[tuple[int, int]]:
                 lo, hi = fields[0].split("-")
                 ranges.append((int(lo, 16), int(hi, 16)))
     return ranges
+
+
+def test_the_corpus_reads_the_same_with_libyaml_as_with_pure_python_yaml():
+    from importlib import resources
+
+    import yaml
+
+    root = resources.files("chatterbot_corpus") / "data" / "english"
+    for path in sorted(root.iterdir(), key=lambda p: p.name):
+        text = path.read_text(encoding="utf-8")
+        assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text), path.name
