@@ -109,7 +109,7 @@ def _hf_command(bench: VsHfBench, work: Path) -> list[str]:
         bench.python,
         "-m",
         "hpo.bench.vs_hf_trainer",
-        *("--steps", str(task.steps), "--trials", str(task.trials), "--n-eval", str(task.n_eval)),
+        *("--task", task.workload, "--steps", str(task.steps), "--trials", str(task.trials), "--n-eval", str(task.n_eval)),
         *("--work-dir", str(work), "--out", str(work / "hf.json")),
     ]
 

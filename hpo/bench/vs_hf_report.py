@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+from hpo.bench.vs_hf_task import WORKLOADS
+
 __all__ = ["NOTES", "PHASES", "ROWS", "run_metrics", "summarize", "table"]
 
 LABELS = {"hf": "Hugging Face hyperparameter_search (optuna backend)", "hpo": "hpo"}
@@ -142,9 +144,11 @@ def table(result: dict) -> str:
     """The side-by-side table, then each side's trials in the last repeat, then the definitions."""
     task, meta = result["task"], result["meta"]
     repeats = meta["repeats"]
+    spec = WORKLOADS[task["workload"]]
+    eval_texts = f", {task['n_eval']} eval texts" if task["workload"] == "text_classification" else ""
     caption = (
-        f"all-MiniLM-L6-v2 topic classification, {task['trials']} trials x {task['steps']} steps, batch {task['batch_size']}, "
-        f"max_length {task['max_length']}, {task['n_eval']} eval texts, fp32 / SDPA / fused AdamW on {meta['cpu_model']} "
+        f"{spec.caption}, {task['trials']} trials x {task['steps']} steps, batch {task['batch_size']}{eval_texts}, "
+        f"fp32 / SDPA / fused AdamW on {meta['cpu_model']} "
         f"({meta['cpus_usable']} CPUs)" + (f"; median (min–max) of {repeats} alternating repeats" if repeats > 1 else "")
     )
     last = {run["side"]: run for run in result["runs"] if run["repeat"] == repeats - 1}

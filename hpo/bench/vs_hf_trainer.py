@@ -1,8 +1,8 @@
 """The Hugging Face side of `scripts/bench-vs-hf`: `Trainer.hyperparameter_search` with the optuna
-backend on hpo's text_classification data, timed per trial. It runs as its own process, so its
-start-up counts, and writes what it measured as JSON:
+backend on one of the tasks of `hpo.bench.vs_hf_task`, timed per trial. It runs as its own process,
+so its start-up counts, and writes what it measured as JSON:
 
-    python -m hpo.bench.vs_hf_trainer --steps 10 --trials 4 --n-eval 256 --work-dir DIR --out hf.json
+    python -m hpo.bench.vs_hf_trainer --task text_classification --steps 10 --trials 4 --n-eval 256 --work-dir DIR --out hf.json
 
 Per trial: Optuna's start and end times, the time in `model_init`, the training loop (callback
 `on_train_begin` to `on_train_end`), each optimizer step (one `on_step_end` to the next, so the
@@ -20,22 +20,24 @@ from pathlib import Path
 
 import optuna
 import torch
+from torch import nn
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
-from hpo.bench.vs_hf_task import SearchTask
+from hpo.bench.vs_hf_task import WORKLOADS, SearchTask
+from hpo.workloads.registry import create_workload
 from hpo.workloads.text_classification import _model_path, load_data
 
 __all__ = ["main", "run_search"]
 
 
 class TensorDataset(torch.utils.data.Dataset):
-    """Rows of load_data's tensors as the dicts the Trainer's default collator stacks (no `datasets`)."""
+    """Rows of a dict of tensors as the dicts the Trainer's default collator stacks (no `datasets`)."""
 
     def __init__(self, batch: dict[str, torch.Tensor]):
         self.batch = batch
 
     def __len__(self) -> int:
-        return len(self.batch["labels"])
+        return len(next(iter(self.batch.values())))
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         return {key: value[i] for key, value in self.batch.items()}
@@ -86,23 +88,58 @@ class TimedTrainer(Trainer):
         return metrics
 
 
-def _model_init(task: SearchTask, num_labels: int, clock: TrialClock):
+class CausalLMForTrainer(nn.Module):
+    """hpo's GPT as the Trainer trains any custom module: `forward` returns {"loss": ...} (the
+    workload's own loss), and its `return_loss=True` makes the Trainer evaluate the loss without labels."""
+
+    def __init__(self, workload):
+        super().__init__()
+        self.workload, self.gpt = workload, workload.build_model("sdpa")
+
+    def forward(self, tokens: torch.Tensor, return_loss: bool = True) -> dict[str, torch.Tensor]:
+        return {"loss": self.workload.training_loss(self.gpt, {"tokens": tokens})}
+
+
+def _text_classification(task: SearchTask, clock: TrialClock):
+    """(model_init, train dataset, eval dataset) on load_data's tensors, the model from the checkpoint."""
+    options = task.options()
+    data = load_data(options["max_length"], None, task.n_eval)
+
     def model_init(trial):
         start = time.perf_counter()
         model = AutoModelForSequenceClassification.from_pretrained(
             _model_path(),
             local_files_only=True,
             attn_implementation="sdpa",
-            num_labels=num_labels,
-            hidden_dropout_prob=task.dropout,
-            attention_probs_dropout_prob=task.attention_dropout,  # as hpo's workload sets it
+            num_labels=len(data.topics),
+            hidden_dropout_prob=options["dropout"],
+            attention_probs_dropout_prob=options["attention_dropout"],  # as hpo's workload sets it
         )
         clock.start_trial(trial, time.perf_counter() - start)
         if model.config._attn_implementation != "sdpa":  # the comparison is void if it fell back to eager
             raise RuntimeError(f"asked transformers for sdpa attention, got {model.config._attn_implementation!r}")
         return model
 
-    return model_init
+    return model_init, TensorDataset(data.train), TensorDataset(data.eval)
+
+
+def _causal_lm(task: SearchTask, clock: TrialClock):
+    """(model_init, train dataset, eval dataset): the windows hpo's trials draw (steps x batch of
+    them, one epoch), and the validation windows hpo's `evaluate` scores."""
+    workload = create_workload("causal_lm", task.options())
+    batches = workload.train_batches(task.batch_size, task.seed)
+    train = torch.cat([next(batches)["tokens"] for _ in range(task.steps)])
+
+    def model_init(trial):
+        start = time.perf_counter()
+        model = CausalLMForTrainer(workload)
+        clock.start_trial(trial, time.perf_counter() - start)
+        return model
+
+    return model_init, TensorDataset({"tokens": train}), TensorDataset({"tokens": workload.eval_windows()})
+
+
+SIDES = {"text_classification": _text_classification, "causal_lm": _causal_lm}
 
 
 def _arguments(task: SearchTask, work_dir: Path) -> TrainingArguments:
@@ -110,11 +147,11 @@ def _arguments(task: SearchTask, work_dir: Path) -> TrainingArguments:
         output_dir=str(work_dir / "trainer"),
         max_steps=task.steps,
         per_device_train_batch_size=task.batch_size,
-        per_device_eval_batch_size=task.eval_batch_size,
+        per_device_eval_batch_size=task.spec.eval_batch_size,
         weight_decay=task.weight_decay,
         # hpo: linear warmup, then a constant rate (hpo.engine.assembly), the same schedule.
         lr_scheduler_type="constant_with_warmup",
-        warmup_steps=task.warmup_steps,
+        warmup_steps=task.spec.warmup_steps,
         optim="adamw_torch_fused",
         eval_strategy="no",  # hyperparameter_search evaluates once after training when nothing did
         save_strategy="no",
@@ -130,21 +167,21 @@ def _arguments(task: SearchTask, work_dir: Path) -> TrainingArguments:
 def run_search(task: SearchTask, work_dir: Path) -> dict:
     """Run the search; return the setup times, the best run and one dict per trial."""
     start = time.perf_counter()
-    data = load_data(task.max_length, None, task.n_eval)
-    data_s = time.perf_counter() - start
     clock = TrialClock()
+    model_init, train, evaluation = SIDES[task.workload](task, clock)
+    data_s = time.perf_counter() - start
     trainer = TimedTrainer(
-        model_init=_model_init(task, len(data.topics), clock),
+        model_init=model_init,
         args=_arguments(task, work_dir),
-        train_dataset=TensorDataset(data.train),
-        eval_dataset=TensorDataset(data.eval),
+        train_dataset=train,
+        eval_dataset=evaluation,
         callbacks=[clock],
     )
     trainer.clock = clock
     trainer_init_s = time.perf_counter() - start - data_s
     search_start = time.time()
     best = trainer.hyperparameter_search(
-        hp_space=lambda trial: {"learning_rate": trial.suggest_float("learning_rate", task.lr_low, task.lr_high, log=True)},
+        hp_space=lambda trial: {"learning_rate": trial.suggest_float("learning_rate", *task.spec.lr, log=True)},
         compute_objective=lambda metrics: metrics["eval_loss"],
         n_trials=task.trials,
         direction="minimize",
@@ -183,13 +220,14 @@ def _trial_row(trial: optuna.trial.FrozenTrial, timed: dict, task: SearchTask) -
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(WORKLOADS), default="text_classification")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--trials", type=int, required=True)
     parser.add_argument("--n-eval", type=int, default=SearchTask.n_eval)
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    task = SearchTask(steps=args.steps, trials=args.trials, n_eval=args.n_eval)
+    task = SearchTask(workload=args.task, steps=args.steps, trials=args.trials, n_eval=args.n_eval)
     args.out.write_text(json.dumps(run_search(task, args.work_dir), indent=1) + "\n")
 
 

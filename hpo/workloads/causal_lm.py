@@ -17,6 +17,8 @@ from hpo.knobs.attention import attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.options.causal_lm import METRICS, CausalLMOptions
 
+EVAL_BATCH_SIZE = 16
+
 # Fixed, version-stable modules: the corpus is the same files on every machine with this Python.
 CORPUS_MODULES = (
     "argparse",
@@ -105,10 +107,15 @@ class CausalLM(Workload):
         logits = model(tokens[:, :-1])
         return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
-    def evaluate(self, model: nn.Module, move: MoveFn) -> dict[str, float]:
+    def eval_windows(self) -> torch.Tensor:
+        """The validation windows (seq_len + 1 tokens each) that `evaluate` scores."""
         span = self.options.seq_len + 1
         windows = self.val_data[: (len(self.val_data) // span) * span].view(-1, span)
-        windows = windows[: self.options.eval_batches * 16]
-        total = sum(self.training_loss(model, move({"tokens": chunk})).item() * len(chunk) for chunk in windows.split(16))
+        return windows[: self.options.eval_batches * EVAL_BATCH_SIZE]
+
+    def evaluate(self, model: nn.Module, move: MoveFn) -> dict[str, float]:
+        windows = self.eval_windows()
+        chunks = windows.split(EVAL_BATCH_SIZE)
+        total = sum(self.training_loss(model, move({"tokens": chunk})).item() * len(chunk) for chunk in chunks)
         loss = total / len(windows)
         return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
