@@ -13,6 +13,7 @@ import multiprocessing.forkserver
 import os
 
 import sqlalchemy.engine
+import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
 from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
@@ -67,9 +68,13 @@ def start_early(space: SearchSpace, storage_url: str, workers: int | None, isola
 
 def _driver_modules(storage_url: str) -> list[str]:
     """The SQLAlchemy dialect and database driver a storage URL needs (a name that is no module,
-    such as SQLite's "pysqlite", is skipped by the forkserver)."""
-    url = sqlalchemy.engine.make_url(storage_url)
-    return [url.get_dialect().__module__, url.get_driver_name()]
+    such as SQLite's "pysqlite", is skipped by the forkserver). None for a URL SQLAlchemy cannot
+    read: `hpo run` starts the forkserver before it opens the storage, whose error states the rule."""
+    try:
+        url = sqlalchemy.engine.make_url(storage_url)
+        return [url.get_dialect().__module__, url.get_driver_name()]
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError):
+        return []
 
 
 def _workload_module(space: SearchSpace) -> str:

@@ -149,6 +149,9 @@ def _cases(tmp: Path) -> dict[str, Case]:
             "study.sampler.name: Input should be 'tpe', 'random', 'nsga2', 'cmaes' or 'gp', got 'annealing'",
             [fresh["h"]],
         ),
+        "storage URL of no database": Case(
+            ["run", good, "--storage", "nosuchdb://host/x"], "storage nosuchdb://host/x: not a database URL"
+        ),
         "unreachable host": Case(
             ["run", good, "--storage", f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:1/hpo"], "cannot connect"
         ),
