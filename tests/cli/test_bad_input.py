@@ -243,6 +243,7 @@ CASE_NAMES = [
     "unknown workload",
     "unknown knob value",
     "unknown sampler",
+    "storage URL of no database",
     "unreachable host",
     "wrong password",
     "missing database",
