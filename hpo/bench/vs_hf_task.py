@@ -13,7 +13,7 @@ workloads' option defaults are copied here so both sides match; tests keep them 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hpo.errors import UserInputError
@@ -65,7 +65,6 @@ class SearchTask:
     batch_size: int = 16
     weight_decay: float = 0.01  # both shipped search spaces
     seed: int = 0  # TPE's seed, the Trainer's seed and hpo's study seed
-    spec: BenchWorkload = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -73,7 +72,10 @@ class SearchTask:
         for name in ("steps", "trials", "n_eval"):
             if getattr(self, name) < 1:
                 raise UserInputError(f"--{name.replace('_', '-')} must be an integer >= 1, got {getattr(self, name)}")
-        object.__setattr__(self, "spec", WORKLOADS[self.workload])
+
+    @property
+    def spec(self) -> BenchWorkload:
+        return WORKLOADS[self.workload]
 
     def options(self) -> dict[str, Any]:
         """The workload options both sides build the workload with."""
@@ -81,7 +83,7 @@ class SearchTask:
         return {**self.spec.options, **extra}
 
     def as_dict(self) -> dict[str, Any]:
-        task = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}
+        task = dataclasses.asdict(self)
         spec = self.spec
         return task | {
             "options": self.options(),

@@ -20,7 +20,7 @@ from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.placement import default_workers
 from hpo.workloads.registry import BUILTIN_WORKLOADS
 
-__all__ = ["PRELOAD", "preload", "start_early", "start_trial_server"]
+__all__ = ["PRELOAD", "start_early", "start_trial_server"]
 
 # Imported once in the forkserver rather than in every trial process: torch and torch._dynamo (the
 # optimizers and the profiler import it lazily: about 1 s a child otherwise), what opening an Optuna
@@ -39,17 +39,13 @@ PRELOAD = [
 ]
 
 
-def preload(space: SearchSpace, storage_url: str) -> list[str]:
-    """The modules the forkserver imports for this study, its warm-up last."""
-    return [*PRELOAD, _workload_module(space), *_driver_modules(storage_url), "hpo.study.forkserver_warmup"]
-
-
 def start_trial_server(space: SearchSpace, storage_url: str) -> multiprocessing.context.BaseContext:
     """Start this process's forkserver, preloaded and warmed up for the study's workload, and
     return its context. The warm-up runs in the forkserver while this process goes on; a forkserver
     already running is kept, with its warm-up."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(preload(space, storage_url))
+    warmup = "hpo.study.forkserver_warmup"  # last: it uses what the others import
+    context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url), warmup])
     # The study's workload reaches the warm-up through the forkserver's environment, and only its.
     os.environ[WARMUP_ENV] = warmup_env(space)
     try:
