@@ -21,6 +21,7 @@ ROWS = (
     ("after_last_s", "after the last trial (to exit)", ".2f s"),
     ("samples_per_s", "training speed (samples/s)", ".1f"),
     ("outside_steps_s", "outside the training steps, per trial (median)", ".2f s"),
+    ("eval_s", "of which evaluation, per trial (median)", ".2f s"),
     ("best_objective", "best validation loss", ".4f"),
 )
 # hpo's `phases_s` trial attr, in trial order (hpo.trial.phases); keys not listed are appended.
@@ -58,8 +59,14 @@ def run_metrics(run: dict) -> dict[str, float | None]:
         "after_last_s": run["exit"] - done[-1]["complete"] if done else None,
         "samples_per_s": _median([t["samples_per_s"] for t in done if t["samples_per_s"]]),
         "outside_steps_s": _median(outside),
+        "eval_s": _median([e for e in map(_eval_s, done) if e is not None]),
         "best_objective": min(losses) if losses else None,
     }
+
+
+def _eval_s(trial: dict) -> float | None:
+    """Seconds in evaluation: the Trainer side's timed `evaluate`, hpo's `eval` phase."""
+    return trial.get("eval_s", (trial.get("phases_s") or {}).get("eval"))
 
 
 def summarize(runs: list[dict]) -> dict[str, dict]:
@@ -162,5 +169,5 @@ def table(result: dict) -> str:
         *_hpo_trials(last["hpo"]),
     ]
     lines += ["", "Trainer trials (last repeat):", "", *_hf_trials(last["hf"]), ""]
-    lines += [f"- {note}" for note in NOTES]
+    lines += [f"- {note}" for note in (*NOTES, f"Evaluation: {spec.evaluation}")]
     return "\n".join(lines)

@@ -27,7 +27,7 @@ def _tpe(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
     extra = {} if spec.n_startup_trials is None else {"n_startup_trials": spec.n_startup_trials}
     with warnings.catch_warnings():  # multivariate/group are "experimental" in Optuna, and stable in use
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=spec.seed, multivariate=True, group=True, warn_independent_sampling=False, **extra)
+        return optuna.samplers.TPESampler(seed=spec.seed, multivariate=True, group=True, **extra)
 
 
 class _QuietCmaEs(optuna.samplers.CmaEsSampler):

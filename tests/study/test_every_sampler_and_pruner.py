@@ -45,6 +45,7 @@ def test_the_lists_match_the_schema():
     assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 
 
+@pytest.mark.filterwarnings("error::FutureWarning")  # a deprecated sampler argument would warn every user
 @pytest.mark.parametrize("sampler", SAMPLER_NAMES)
 def test_every_sampler_runs_a_study_and_never_returns_to_a_failed_precision(tmp_path, sampler):
     trials = _run(tmp_path, _space(f"s-{sampler}", sampler, "none", n_trials=8))

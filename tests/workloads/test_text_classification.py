@@ -224,3 +224,49 @@ def test_the_corpus_reads_the_same_with_libyaml_as_with_pure_python_yaml():
     for path in sorted(root.iterdir(), key=lambda p: p.name):
         text = path.read_text(encoding="utf-8")
         assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text), path.name
+
+
+def test_evaluation_cuts_unused_padding_without_changing_the_metrics():
+    workload = tiny(n_train=16, n_eval=96)
+    lengths = workload.data.eval["attention_mask"].sum(1)
+    assert torch.equal(lengths, lengths.sort().values)  # shortest first, texts in the same order
+    for i in (0, len(lengths) - 1):  # each text still beside its own tokens
+        encoded = tc._tokenizer()(workload.data.eval_texts[i], truncation=True, max_length=workload.options.max_length)
+        assert encoded["input_ids"] == workload.data.eval["input_ids"][i, : lengths[i]].tolist()
+    model = workload.build_model("sdpa").eval()
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    with torch.inference_mode():
+        metrics = workload.evaluate(model, lambda b: b)
+        widths = seen[:]  # the full-width reference below runs through the hook too
+        padded = _metrics_at_full_width(workload, model)
+    max_length = workload.options.max_length
+    assert len(widths) == 3 and widths == sorted(widths) and widths[0] < max_length  # what the model ran on
+    assert all(w % tc.EVAL_WIDTH_MULTIPLE == 0 or w == max_length for w in widths)
+    assert metrics["val_accuracy"] == pytest.approx(padded["val_accuracy"])
+    assert metrics["val_loss"] == pytest.approx(padded["val_loss"], rel=1e-5)
+
+
+def _metrics_at_full_width(workload: TextClassification, model) -> dict[str, float]:
+    data = workload.data.eval
+    logits = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"]).logits
+    loss = torch.nn.functional.cross_entropy(logits, data["labels"]).item()
+    return {"val_accuracy": (logits.argmax(-1) == data["labels"]).float().mean().item(), "val_loss": loss}
+
+
+def test_a_compiled_model_evaluates_every_cut_width_with_one_set_of_graphs():
+    from hpo.config.trial import Knobs, TrainingConfig
+    from hpo.engine.assembly import AssembledModel
+
+    knobs = Knobs(compile="default", precision="fp32", attention="sdpa", optimizer="fused")
+    training = TrainingConfig(lr=1e-3, batch_size=16, max_steps=1, eval_every=1, compile_backend="eager")
+    graphs = {}
+    for n_eval in (tc.EVAL_BATCH_SIZE, 3 * tc.EVAL_BATCH_SIZE):  # one width, then three
+        torch._dynamo.reset()
+        assembled = AssembledModel(tiny(n_train=16, n_eval=n_eval), knobs, training, torch.device("cpu"))
+        widths = {
+            batch["input_ids"].shape[1] for batch in tc.evaluation_batches(assembled.workload.data.eval, tc.EVAL_BATCH_SIZE)
+        }
+        assembled.evaluate()  # under the executor's rule that a recompile past the limit fails
+        graphs[len(widths)] = assembled.graphs.graphs
+    assert set(graphs) == {1, 3} and graphs[3] == graphs[1] >= 1
