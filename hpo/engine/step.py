@@ -7,8 +7,6 @@ they want to see what ran (the profiler lives in a higher layer).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from hpo.engine.assembly import AssembledModel
@@ -26,22 +24,13 @@ class NonFiniteLoss(ArithmeticError):
         self.step, self.loss = step, loss
 
 
-def run_step(
-    assembled: AssembledModel,
-    batch: Batch,
-    step: int,
-    *,
-    update: bool = True,
-    before_update: Callable[[], None] | None = None,
-) -> torch.Tensor:
-    """Run one step on a batch already on the device; returns the detached, unscaled loss.
-    `before_update` sees the gradients before the optimizer consumes them (the probe keeps them)."""
+def run_step(assembled: AssembledModel, batch: Batch, step: int, *, update: bool = True) -> torch.Tensor:
+    """Run one step on a batch already on the device; returns the detached, unscaled loss. Without
+    `update` the gradients are left on the parameters (the probe compares them)."""
     loss = assembled.forward_backward(batch)
     if not torch.isfinite(loss):
         assembled.optimizer.zero_grad(set_to_none=True)  # no update from a non-finite step
         raise NonFiniteLoss(step, loss.item())
-    if before_update is not None:
-        before_update()
     if update:
         assembled.optimizer_step()
         assembled.check_scaler(step)

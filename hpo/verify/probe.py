@@ -36,10 +36,11 @@ from hpo.verify.tolerances import TOLERANCES
 from hpo.workloads.base import Batch, Workload
 
 TIMED_STEPS = 2  # `hpo probe`'s timing of a trial's knobs: the fastest of two
-# The reference's step is timed once: its compare step has already run the optimizer, and the first
-# full-batch step after that measured 0-6% above later ones here (MiniLM, fresh trial processes).
-# Any excess reads as a slightly faster trial, so the slow check errs towards passing, never rejecting.
-REFERENCE_TIMED_STEPS = 1
+# The reference's step is timed as the trial's own slow check times the trial's: the fastest of two
+# full-batch steps. One step was not enough: in MiniLM trial processes the first full-batch step
+# took 1.2-1.9x a steady one (891-1377 ms against 636-766 ms), which made fp32/SDPA/fused read as
+# twice as fast as the reference; the faster of two came within 2-15% of the steady steps.
+REFERENCE_TIMED_STEPS = 2
 PROBE_SAMPLES = 4
 
 
@@ -109,17 +110,19 @@ def _probe(
     seed_everything(seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
     initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
-    # The reference's update is only its warm-up for timing, when its step time is still unknown.
-    ref_loss, ref_grads = _loss_and_grads(reference, reference.move(compared), update=reference_ms is None)
+    # No update: the reference is compared, not trained, and its timing warms itself up.
+    ref_loss, ref_grads = _loss_and_grads(reference, reference.move(compared))
     trial = AssembledModel(workload, config.knobs, config.training, device)
     trial.model.load_state_dict(initial)
     # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
     # optimizer path is observed in training, and recorded as null for a trial rejected here.
     with capture_step(trial) as evidence:
-        loss, grads = _loss_and_grads(trial, trial.move(compared), update=False)
-    trial.optimizer_step()  # the compared step's update: it creates the optimizer state before timing
-    trial.check_scaler(step=0)
+        loss, grads = _loss_and_grads(trial, trial.move(compared))
     result = _compare(config.knobs, loss, grads, ref_loss, ref_grads)
+    # The compared step's update, after the comparison (gradient clipping would change the gradients
+    # in place): it runs the optimizer knob, and creates its state before any timing.
+    trial.optimizer_step()
+    trial.check_scaler(step=0)
     result.observed = observed_knobs(evidence)
     problems = mismatches(config.knobs, result.observed)
     if result.ok and problems:
@@ -139,23 +142,21 @@ def _probe(
     return result
 
 
-def _loss_and_grads(assembled: AssembledModel, batch: Batch, update: bool = True) -> tuple[float, list[torch.Tensor]]:
-    """The compared step: loss and unscaled gradients, kept before the step updates the model
-    (the update creates the optimizer state, so the step is also the timing's warm-up)."""
+def _loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:
+    """The compared step, without an update: its loss and unscaled gradients, which stay on the
+    parameters as well (the trial's update then runs on them)."""
     # Dropout off: the comparison must see the same function. The model stays in eval mode for the
     # timed steps too, so a compiled model is not recompiled for train mode mid-measurement.
     assembled.model.eval()
-    kept: list[torch.Tensor] = []
-
-    def keep_gradients() -> None:
-        scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
-        kept.extend(
-            (p.grad.detach().float() / scale) if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
-            for p in assembled.model.parameters()
-        )
-
-    loss = run_step(assembled, batch, step=0, update=update, before_update=keep_gradients)
-    return loss.float().item(), kept
+    loss = run_step(assembled, batch, step=0, update=False)
+    scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
+    grads = [
+        p.grad.detach().float() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
+        for p in assembled.model.parameters()
+    ]
+    if scale != 1.0:  # fp16's loss scale; a copy, since the update unscales the gradients in place
+        grads = torch._foreach_div(grads, scale)
+    return loss.float().item(), grads
 
 
 def _compare(knobs: Knobs, loss: float, grads, ref_loss: float, ref_grads) -> ProbeResult:
