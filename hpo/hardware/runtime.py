@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from hpo.errors import UserInputError
+from hpo.hardware.allocator import keep_freed_memory, release_freed_memory
 
 
 def resolve_device(name: str) -> torch.device:
@@ -29,7 +30,9 @@ def seed_everything(seed: int) -> None:
 
 @contextlib.contextmanager
 def trial_runtime(device: torch.device) -> Iterator[dict]:
-    """TF32 and cudnn.benchmark on for CUDA trials, restored afterwards; yields the settings used."""
+    """TF32 and cudnn.benchmark on for CUDA trials, restored afterwards, and the C allocator set to
+    keep freed memory (`hpo.hardware.allocator`); yields the settings used. The allocator setting
+    stays (glibc cannot go back to its adaptive thresholds); its free memory is handed back."""
     saved = (
         torch.backends.cuda.matmul.allow_tf32,
         torch.backends.cudnn.allow_tf32,
@@ -40,8 +43,9 @@ def trial_runtime(device: torch.device) -> Iterator[dict]:
     torch.backends.cudnn.allow_tf32 = on_cuda
     torch.backends.cudnn.benchmark = on_cuda
     try:
-        yield {"tf32": on_cuda, "cudnn_benchmark": on_cuda}
+        yield {"tf32": on_cuda, "cudnn_benchmark": on_cuda, "cpu_allocator": keep_freed_memory()}
     finally:
+        release_freed_memory()
         (
             torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cudnn.allow_tf32,

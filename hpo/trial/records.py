@@ -72,8 +72,10 @@ class TrialRecord(_Record):
     device: str | None = Field(None, description="the device model the trial ran on")
     torch_version: str | None = Field(None, description="torch's version")
     hpo_version: str | None = Field(None, description="hpo's version")
-    runtime: dict[str, bool] | None = Field(
-        None, description="global torch settings the trial ran under (`tf32`, `cudnn_benchmark`)"
+    runtime: dict[str, bool | str] | None = Field(
+        None,
+        description="global settings the trial ran under: torch's `tf32` and `cudnn_benchmark`, and `cpu_allocator`, "
+        "the C allocator's setting (on glibc, freed memory is kept for the next step; see hpo.hardware.allocator)",
     )
     probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
     probe_cached: bool | None = Field(None, description="whether the knob verdict came from the study's cache")

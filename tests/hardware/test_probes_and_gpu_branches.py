@@ -71,12 +71,12 @@ def test_the_pypi_web_toolkit_named_apex_is_not_nvidia_apex(tmp_path, monkeypatc
 def test_cuda_trial_runtime_turns_on_tf32_and_benchmark_and_restores_them():
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     with trial_runtime(FAKE_GPU) as settings:
-        assert settings == {"tf32": True, "cudnn_benchmark": True}
+        assert (settings["tf32"], settings["cudnn_benchmark"]) == (True, True)
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.benchmark
     after = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     assert after == before
     with trial_runtime(CPU) as settings:
-        assert settings == {"tf32": False, "cudnn_benchmark": False}
+        assert (settings["tf32"], settings["cudnn_benchmark"]) == (False, False)
 
 
 def test_device_model_names_the_gpu(monkeypatch):
