@@ -6,8 +6,8 @@ every step (MiniLM's 45 MiB embedding gradient among them), so each step faulted
 in: 12-34 thousand page faults a step for MiniLM at batch 16 on CPU, against none once the heap
 is kept. Fifteen MiniLM steps at max_length 64 then took 18.3 s of process wall time against
 21.1 s (medians of five interleaved fresh processes, start-up included; 1.07-1.19x pair by pair,
-system time 1.3 s against 2.9 s), 2026-11-23 on a 2-core EPYC. Trial processes are short-lived, and `release` hands the free memory
-back when a trial ends, so a later trial in the same process still measures its own peak.
+system time 1.3 s against 2.9 s), 2026-11-23 on a 2-core EPYC. `release_freed_memory` hands the
+free memory back when a trial ends, so a later trial in the same process measures its own peak.
 
 The cost: freed blocks stay resident. A block freed while a small neighbour sits in glibc's thread
 cache cannot merge, so a loop that allocates one large size and little else can hold up to seven
@@ -62,9 +62,9 @@ def keep_freed_memory() -> str:
     version = _glibc_version(libc)
     set_mmap = libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(MMAP_THRESHOLD_BYTES))
     set_trim = libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(TRIM_THRESHOLD_BYTES))
-    if not (set_mmap and set_trim):  # mallopt returns 0 for a value this glibc refuses
-        refused = [name for name, ok in (("mmap_threshold", set_mmap), ("trim_threshold", set_trim)) if not ok]
-        return f"glibc {version} (mallopt refused {', '.join(refused)}; the rest applied)"
+    refused = [name for name, ok in (("mmap_threshold", set_mmap), ("trim_threshold", set_trim)) if not ok]
+    if refused:  # mallopt returns 0 for a value this glibc refuses: that threshold stays glibc's own
+        return f"glibc {version}, mallopt refused {' and '.join(refused)} (left at glibc's default)"
     return f"glibc {version}, freed memory kept (mmap_threshold {MMAP_THRESHOLD_BYTES >> 20} MiB, no trim)"
 
 

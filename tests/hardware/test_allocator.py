@@ -63,3 +63,19 @@ def test_without_glibc_the_system_allocator_is_recorded(monkeypatch):
         allocator.release_freed_memory()  # nothing to release, and no error
     finally:
         allocator.keep_freed_memory.cache_clear()
+
+
+def test_a_refused_threshold_is_recorded_as_refused(monkeypatch):
+    class RefusingGlibc:
+        def __init__(self):
+            self.gnu_get_libc_version = lambda: b"2.36"
+
+        def mallopt(self, param, value):
+            return 0 if param == allocator._M_MMAP_THRESHOLD else 1  # refuses the mmap threshold only
+
+    monkeypatch.setattr(allocator, "_glibc", RefusingGlibc)
+    allocator.keep_freed_memory.cache_clear()
+    try:
+        assert allocator.keep_freed_memory() == "glibc 2.36, mallopt refused mmap_threshold (left at glibc's default)"
+    finally:
+        allocator.keep_freed_memory.cache_clear()

@@ -11,7 +11,7 @@ import torch
 from hpo import deps
 from hpo.app import doctor
 from hpo.errors import KnobUnavailable
-from hpo.hardware import probes
+from hpo.hardware import allocator, probes
 from hpo.hardware.runtime import trial_runtime
 
 CPU = torch.device("cpu")
@@ -77,6 +77,7 @@ def test_cuda_trial_runtime_turns_on_tf32_and_benchmark_and_restores_them():
     assert after == before
     with trial_runtime(CPU) as settings:
         assert (settings["tf32"], settings["cudnn_benchmark"]) == (False, False)
+        assert settings["cpu_allocator"] == allocator.keep_freed_memory()  # the record names what ran
 
 
 def test_device_model_names_the_gpu(monkeypatch):
