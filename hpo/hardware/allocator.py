@@ -17,14 +17,23 @@ by default, and the causal_lm model's 398 against 390-395 MiB.
 
 Only glibc has these settings; elsewhere (macOS, musl) the system allocator runs as it is, and
 the trial records which of the two ran.
+
+Kept memory also makes a timing steady from its first step: `prefault_heap` touches the pages a
+step will need before the step runs, and `page_faults` tells a step that still faulted memory in
+(see `hpo.verify.reference`, which times the probe's reference that way).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import resource
+import time
+from dataclasses import dataclass
 
-__all__ = ["keep_freed_memory", "release_freed_memory"]
+import torch
+
+__all__ = ["Prefault", "freed_memory_kept", "keep_freed_memory", "page_faults", "prefault_heap", "release_freed_memory"]
 
 # mallopt's parameter numbers (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -35,6 +44,8 @@ MMAP_THRESHOLD_BYTES = 1 << 30
 # The free memory at the heap's top that glibc keeps before trimming: mallopt's largest value,
 # so it never trims during a trial.
 TRIM_THRESHOLD_BYTES = 2**31 - 1
+PAGE_BYTES = resource.getpagesize()
+_kept = False  # set once glibc took both thresholds in this process: they stay for its lifetime
 
 
 @functools.cache
@@ -65,6 +76,8 @@ def keep_freed_memory() -> str:
     refused = [name for name, ok in (("mmap_threshold", set_mmap), ("trim_threshold", set_trim)) if not ok]
     if refused:  # mallopt returns 0 for a value this glibc refuses: that threshold stays glibc's own
         return f"glibc {version}, mallopt refused {' and '.join(refused)} (left at glibc's default)"
+    global _kept
+    _kept = True
     return f"glibc {version}, freed memory kept (mmap_threshold {MMAP_THRESHOLD_BYTES >> 20} MiB, no trim)"
 
 
@@ -73,3 +86,40 @@ def release_freed_memory() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+def freed_memory_kept() -> bool:
+    """Whether this process's allocator keeps freed memory (`keep_freed_memory` ran and glibc took it)."""
+    return _kept
+
+
+def page_faults() -> int:
+    """Minor page faults of this process so far, every thread's: memory touched for the first time."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@dataclass(frozen=True)
+class Prefault:
+    nbytes: int
+    seconds: float
+    faults: int
+
+    @property
+    def seconds_per_fault(self) -> float:
+        """What one page fault costs on this host, as measured by the prefault itself."""
+        return self.seconds / max(self.faults, 1)
+
+
+def prefault_heap(nbytes: int) -> Prefault | None:
+    """Touch `nbytes` of heap once and free them, so that the allocations that follow (up to that
+    size, from this thread) find their pages resident. None where freed memory is not kept (it
+    would go straight back to the kernel), or for a block glibc would map on its own (over the
+    mmap threshold, which it unmaps when freed): only the pages up to that threshold are touched."""
+    if not freed_memory_kept():
+        return None
+    nbytes = min(nbytes, MMAP_THRESHOLD_BYTES - PAGE_BYTES)
+    before, start = page_faults(), time.perf_counter()
+    block = torch.empty(nbytes, dtype=torch.uint8)
+    block[::PAGE_BYTES] = 1  # one byte a page faults the page in; writing the rest would only cost time
+    del block
+    return Prefault(nbytes, time.perf_counter() - start, page_faults() - before)

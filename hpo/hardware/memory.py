@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-__all__ = ["MemoryMeter", "tensor_bytes"]
+__all__ = ["MemoryMeter", "resident_bytes", "tensor_bytes"]
 
 
 class MemoryMeter:
@@ -28,7 +28,7 @@ class MemoryMeter:
 
     def sample(self) -> None:
         if self.device.type != "cuda":
-            self.peak_bytes = max(self.peak_bytes, _resident_bytes())
+            self.peak_bytes = max(self.peak_bytes, resident_bytes())
 
     @property
     def peak_mb(self) -> float:
@@ -100,7 +100,8 @@ def _unpack(held):
     return held.tensor if isinstance(held, _Held) else held
 
 
-def _resident_bytes() -> int:
+def resident_bytes() -> int:
+    """This process's resident set in bytes (on Linux; elsewhere its peak so far)."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

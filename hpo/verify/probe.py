@@ -10,8 +10,9 @@ Cost, since a trial pays it before every new knob combination:
   compared on the batch it will train on);
 - the trial's model is handed on to train (`keep_model`), so a trial builds one model, not two;
 - a trial's probe times nothing of the trial: its first steady training steps decide `slow`
-  (`hpo.verify.slow`). Only the reference's step time is measured, once per model, batch size and
-  device, and kept in the verdict store (the study's). `hpo probe` times the trial too (`timed`).
+  (`hpo.verify.slow`). Only the reference's step time is measured (`hpo.verify.reference`), once
+  per model, batch size and device, and kept in the verdict store (the study's). `hpo probe` times
+  the trial too (`timed`).
 """
 
 from __future__ import annotations
@@ -27,21 +28,17 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.hardware.memory import resident_bytes
 from hpo.hardware.runtime import seed_everything, synchronize
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, reference_key
 from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
+from hpo.verify.reference import time_reference
 from hpo.verify.slow import SlowLimit
 from hpo.verify.tolerances import TOLERANCES
 from hpo.workloads.base import Batch, Workload
 
 TIMED_STEPS = 2  # `hpo probe`'s timing of a trial's knobs: the fastest of two
-# The reference's step is timed as the trial's own slow check times the trial's: the fastest of two
-# full-batch steps. One step was not enough: in MiniLM trial processes the first full-batch step
-# took 1.0-1.9x a later one (891-1377 ms against 636-958 ms, six runs), so fp32/SDPA/fused read as
-# twice as fast as the reference. The faster of two took 730-841 ms against 636-766 ms for a third
-# step: closer, and any excess still makes a trial read faster, so the check errs towards passing.
-REFERENCE_TIMED_STEPS = 2
 PROBE_SAMPLES = 4
 
 
@@ -111,8 +108,11 @@ def _probe(
     seed_everything(seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
     initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
-    # No update: the reference is compared, not trained, and its timing warms itself up.
+    # No update: the reference is compared, not trained. What its step added to the resident set
+    # sizes the memory its timing touches beforehand (hpo.verify.reference).
+    resident = resident_bytes()
     ref_loss, ref_grads = _loss_and_grads(reference, reference.move(compared))
+    compared_growth = resident_bytes() - resident
     trial = AssembledModel(workload, config.knobs, config.training, device)
     trial.model.load_state_dict(initial)
     # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
@@ -130,8 +130,9 @@ def _probe(
         result.verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, config.knobs, prefix="ran other than asked: ")
     if result.ok:
         if reference_ms is None:
-            reference_ms = _fastest_step_ms(reference, batch, REFERENCE_TIMED_STEPS, budget_ms=None)
-            store.put(reference_key(config, device), {"step_ms": reference_ms})
+            timing = time_reference(reference, batch, compared_growth, workload.samples_in(compared))
+            store.put(reference_key(config, device), timing.record())
+            reference_ms = timing.step_ms
         result.reference_step_ms = reference_ms
         if timed:
             _time_trial(result, trial, batch, config, reference_ms)
@@ -209,7 +210,7 @@ def _time_trial(result: ProbeResult, trial: AssembledModel, batch: Batch, config
         result.verdict = slow
 
 
-def _fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float | None) -> float:
+def _fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float) -> float:
     """Fastest of a few warm steps (noise only ever adds time); stops early once a step exceeds
     `budget_ms`, since one warm step that slow is proof enough."""
     moved = assembled.move(batch)
@@ -220,6 +221,6 @@ def _fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget
         run_step(assembled, moved, step)
         synchronize(assembled.device)
         times.append(1000 * (time.perf_counter() - start))
-        if budget_ms is not None and times[-1] > budget_ms:
+        if times[-1] > budget_ms:
             break
     return min(times)

@@ -123,13 +123,19 @@ def _forwards(monkeypatch) -> list[tuple[int, bool]]:
 
 
 def test_the_probe_compares_a_few_samples_and_times_the_reference_once_per_study(monkeypatch):
-    from hpo.verify.probe import PROBE_SAMPLES, REFERENCE_TIMED_STEPS
+    from hpo.hardware.runtime import resolve_device
+    from hpo.verify.cache import reference_key
+    from hpo.verify.probe import PROBE_SAMPLES
+    from hpo.verify.reference import MAX_STEPS
 
     seen, verdicts = _forwards(monkeypatch), MemoryVerdicts()
     assert execute(_config(), verdicts).ok
     probe = [f for f in seen if not f[1]]  # the probe runs in eval mode, training in train mode
+    reference = verdicts.get(reference_key(_config(), resolve_device("cpu")))
+    timed = reference["timed_steps_ms"]
+    assert 1 <= len(timed) <= MAX_STEPS and reference["step_ms"] == min(timed)
     # Reference and trial compared on PROBE_SAMPLES samples; the reference timed at the real batch.
-    assert probe == [(PROBE_SAMPLES, False)] * 2 + [(16, False)] * REFERENCE_TIMED_STEPS
+    assert probe == [(PROBE_SAMPLES, False)] * 2 + [(16, False)] * len(timed)
     # The 12 training steps (then one more forward: counting the model's FLOPs, once per study).
     assert [f for f in seen if f[1]][:12] == [(16, True)] * 12
     seen.clear()
