@@ -35,8 +35,10 @@ MIN_TIMED_S = 0.2
 MAX_STEPS = 5
 STEADY_FAULT_SHARE = 0.03
 # The prefault's size over the estimate: an estimate short of the step's need leaves faults in
-# the step (then timed again); one over it costs about 1-3 us a page here (0.2 s for 530 MB).
+# the step (then timed again); one over it costs 1-4 us a page here (0.13-0.56 s for 450-550 MB).
 PREFAULT_MARGIN = 1.5
+# Fewer faults than this in the prefault (its memory was resident already) measure no fault's cost.
+MIN_MEASURED_FAULTS = 1000
 ADAMW_STATE_TENSORS = 2  # exp_avg and exp_avg_sq per parameter: the reference's optimizer is AdamW
 
 
@@ -98,7 +100,7 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
 
 def _steadiness(prefault: Prefault | None) -> Callable[[int, float, int], bool]:
     """Whether step `index` (from 0), which took `seconds` and faulted `faults` pages, was steady."""
-    if prefault is None:
+    if prefault is None or prefault.faults < MIN_MEASURED_FAULTS:
         return lambda index, seconds, faults: index > 0
     return lambda index, seconds, faults: faults * prefault.seconds_per_fault <= STEADY_FAULT_SHARE * seconds
 

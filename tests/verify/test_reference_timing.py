@@ -45,8 +45,9 @@ def test_short_steps_are_repeated_until_enough_was_timed_and_never_more_than_max
     assert len(never_steady) == MAX_STEPS
 
 
-def test_without_a_prefault_the_first_step_is_never_the_steady_one():
-    steady = reference._steadiness(None)
+@pytest.mark.parametrize("prefault", [None, allocator.Prefault(nbytes=2**20, seconds=1e-3, faults=3)])
+def test_without_a_measured_prefault_the_first_step_is_never_the_steady_one(prefault):
+    steady = reference._steadiness(prefault)  # none, or one whose memory was resident already
     assert not steady(0, 1.0, 0) and steady(1, 1.0, 10**6)
     assert time_until_steady(_steps((0.5, 0), (0.5, 0)), steady) == [(0.5, 0), (0.5, 0)]
 
