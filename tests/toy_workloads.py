@@ -120,3 +120,9 @@ class PretrainedToy(Toy):
     def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         PretrainedToy.TRAINING_MODES.append(model.training)
         return super().training_loss(model, batch)
+
+
+class HparamFreeToy(Toy):
+    """`Toy`, declaring that its model and loss never read the training hyperparameters."""
+
+    model_reads_hparams = False

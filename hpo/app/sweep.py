@@ -11,6 +11,7 @@ sampler never proposes a combination, or a part of one, known to fail.
 from __future__ import annotations
 
 import itertools
+import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from hpo.hardware.runtime import resolve_device, trial_runtime
 from hpo.trial.executor import cached_verdict
 from hpo.verdicts import Verdict
 from hpo.verify.cache import VerdictStore, reference_key, verdict_key
+from hpo.verify.compared import ReferenceFiles
 from hpo.verify.probe import run_probe
 from hpo.workloads.registry import create_workload
 
@@ -56,9 +58,10 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
     workload = create_workload(configs[0].workload, configs[0].workload_options)
     workload.bind_training(configs[0].training.params())
     rows = []
-    with trial_runtime(device):
+    with trial_runtime(device), tempfile.TemporaryDirectory(prefix="hpo-reference-") as folder:
+        references = ReferenceFiles(folder)  # the reference's compared step runs once, not once a combination
         for config in configs:
-            rows.append(_probe_one(workload, config, device, store))
+            rows.append(_probe_one(workload, config, device, (store, references)))
             if on_row is not None:
                 on_row(rows[-1])
     # The reference's own step time is known once any other combination was timed against it.
@@ -69,12 +72,13 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
     return sorted(rows, key=lambda r: (r.samples_per_s is None, -(r.samples_per_s or 0.0)))
 
 
-def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore) -> SweepRow:
+def _probe_one(workload, config: TrialConfig, device: torch.device, stores: tuple[VerdictStore, ReferenceFiles]) -> SweepRow:
+    store, references = stores
     key, facts = verdict_key(config, device)
     record = store.get(key)
     cached = record is not None
     if record is None:
-        probe = run_probe(workload, config, device, store)
+        probe = run_probe(workload, config, device, store, references=references)
         record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
         store.put(key, record)
     step_ms = record.get("trial_step_ms")

@@ -33,19 +33,23 @@ from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
 from hpo.verdicts import Kind
 from hpo.verify.cache import StudyVerdicts
+from hpo.verify.compared import ReferenceFiles
 
 
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
-    then records its process start as the `start` phase."""
+    then records its process start as the `start` phase. `reference_dir` is the worker's folder of
+    the probes' reference steps (`hpo.study.trial_runners.reference_folder`), if it keeps one."""
 
     def __init__(
         self,
         space: SearchSpace,
         on_start: Callable[[optuna.Trial], None] | None = None,
         launched_at: float | None = None,
+        reference_dir: str | None = None,
     ):
         self.space, self.on_start, self.launched_at = space, on_start, launched_at
+        self.references = ReferenceFiles(reference_dir) if reference_dir is not None else None
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
         phases = Phases()
@@ -56,7 +60,7 @@ class Objective:
         with phases("sample"):
             config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training)
-        outcome = execute(config, StudyVerdicts(trial.study), on_eval=on_eval, phases=phases)
+        outcome = execute(config, StudyVerdicts(trial.study), on_eval, phases, self.references)
         with phases("storage"):
             set_user_attrs(trial, {**outcome.attrs, "verdict": str(outcome.verdict)})
         trial.set_user_attr("phases_s", phases.record())  # the write above included

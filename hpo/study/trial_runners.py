@@ -12,6 +12,7 @@ import gc
 import os
 import signal
 import socket
+import tempfile
 import threading
 import time
 
@@ -28,7 +29,7 @@ from hpo.study.progress import TrialPrinter, report
 from hpo.study.trial_server import start_trial_server
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["ChildTrials", "InProcessTrials", "crash_verdict", "worker_name"]
+__all__ = ["ChildTrials", "InProcessTrials", "crash_verdict", "reference_folder", "worker_name"]
 
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
@@ -38,12 +39,22 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def reference_folder(space: SearchSpace) -> tempfile.TemporaryDirectory | None:
+    """The worker's folder for its probes' reference steps (`hpo.verify.compared`), removed when
+    the worker ends; None when the space fixes every systems knob: each model is then probed once,
+    and nothing would read the files."""
+    if all(len(choices) == 1 for choices in space.systems.values()):
+        return None
+    return tempfile.TemporaryDirectory(prefix="hpo-reference-")
+
+
 class InProcessTrials:
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.study.objective import Objective  # imports torch
 
         self.study, self.space, self.tickets = study, space, tickets
-        self.objective = Objective(space)
+        self.references = reference_folder(space)
+        self.objective = Objective(space, reference_dir=self.references and self.references.name)
         self.notes = DashboardNotes()
         self.callbacks = [TrialPrinter(), self.notes]
         gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules
@@ -74,6 +85,7 @@ class ChildTrials:
 
     def __init__(self, study: optuna.Study, storage_url: str, space: SearchSpace, tickets: TicketBudget):
         self.study, self.storage_url, self.tickets = study, storage_url, tickets
+        self.references = reference_folder(space)
         self.startup_failures = 0
         self._notes: DashboardNotes | None = None
         self._notes_loading = threading.Thread(target=self._load_notes, name="hpo-load-notes", daemon=True)
@@ -94,7 +106,8 @@ class ChildTrials:
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
-        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time())
+        reference_dir = self.references and self.references.name
+        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time(), reference_dir)
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()

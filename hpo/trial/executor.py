@@ -24,6 +24,7 @@ from hpo.trial.trainer import EvalCallback, TooSlow, train
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import VerdictStore, reference_key, verdict_key
 from hpo.verify.classify import REFERENCE_KNOBS, classify_failure
+from hpo.verify.compared import ReferenceFiles
 from hpo.verify.probe import ProbeResult, run_probe
 from hpo.verify.slow import SlowLimit
 from hpo.workloads.registry import create_workload
@@ -60,9 +61,14 @@ def cached_verdict(record: dict) -> Verdict:
 
 
 def execute(
-    config: TrialConfig, verdicts: VerdictStore, on_eval: EvalCallback | None = None, phases: Phases | None = None
+    config: TrialConfig,
+    verdicts: VerdictStore,
+    on_eval: EvalCallback | None = None,
+    phases: Phases | None = None,
+    references: ReferenceFiles | None = None,
 ) -> TrialOutcome:
-    """`phases` collects where the time went; the caller records it (`phases_s`) with its own phases."""
+    """`phases` collects where the time went; the caller records it (`phases_s`) with its own phases.
+    `references` keeps the probe's reference step for the worker's later probes of the same model."""
     phases = phases if phases is not None else Phases()
     device = resolve_device(config.device)
     attrs = {
@@ -80,11 +86,12 @@ def execute(
         return _ended(cached_verdict(cached), attrs)
     with trial_runtime(device) as runtime:
         attrs["runtime"] = runtime
-        return _verify_and_train(config, device, verdicts, (key, facts), cached, attrs, on_eval, phases)
+        return _verify_and_train(config, device, (verdicts, references), (key, facts), cached, attrs, on_eval, phases)
 
 
-def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, phases: Phases) -> TrialOutcome:
+def _verify_and_train(config, device, stores, keyed, cached, attrs, on_eval, phases: Phases) -> TrialOutcome:
     key, facts = keyed
+    verdicts, references = stores
     start = time.perf_counter()
     assembled = None
     try:
@@ -96,7 +103,7 @@ def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, p
         record = cached
         if cached is None:
             with phases("probe"):
-                probe = run_probe(workload, config, device, verdicts, keep_model=own_loop, timed=not own_loop)
+                probe = run_probe(workload, config, device, verdicts, own_loop, timed=not own_loop, references=references)
             record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
             verdicts.put(key, record)
             attrs.update(_probe_attrs(probe))
@@ -192,6 +199,7 @@ def _probe_attrs(probe: ProbeResult) -> dict:
     return {
         "probe_s": probe.probe_s,
         "probe_cached": False,
+        "probe_reference_reused": probe.reference_reused,
         "slowdown": probe.slowdown,
         "probe_loss_rel_err": probe.loss_rel_err,
         "probe_grad_rel_err": probe.grad_rel_err,

@@ -79,6 +79,11 @@ class TrialRecord(_Record):
     )
     probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
     probe_cached: bool | None = Field(None, description="whether the knob verdict came from the study's cache")
+    probe_reference_reused: bool | None = Field(
+        None,
+        description="whether the probe read the fp32 reference's compared step from an earlier probe of this model "
+        "in the same worker, instead of running it again",
+    )
     slowdown: float | None = Field(
         None,
         description="the trial's fastest steady training step over the fp32/eager reference's step: what the slow check "

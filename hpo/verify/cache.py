@@ -22,7 +22,7 @@ _VERSIONED_PACKAGES = ("transformers", "flash-attn", "xformers", "apex")
 
 
 @functools.cache
-def _package_versions() -> dict[str, str | None]:
+def package_versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {"torch": torch.__version__, "hpo": __version__}
     for name in _VERSIONED_PACKAGES:
         try:
@@ -41,7 +41,7 @@ def reference_key(config: TrialConfig, device: torch.device) -> str:
         "workload_options": config.workload_options,
         "batch_size": config.training.batch_size,
         "device": device_model(device),
-        "versions": dict(_package_versions()),
+        "versions": dict(package_versions()),
     }
     return "reference-" + hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -55,11 +55,19 @@ def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[st
         "knobs": config.knobs.as_dict(),
         "compile_backend": config.training.compile_backend,
         "device": device_model(device),
-        "versions": dict(_package_versions()),
+        "versions": dict(package_versions()),
         "slow_ratio": config.slow_ratio if config.skip_slow else None,
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return digest, facts
 
 
-__all__ = ["VERDICT_PREFIX", "MemoryVerdicts", "StudyVerdicts", "VerdictStore", "reference_key", "verdict_key"]
+__all__ = [
+    "VERDICT_PREFIX",
+    "MemoryVerdicts",
+    "StudyVerdicts",
+    "VerdictStore",
+    "package_versions",
+    "reference_key",
+    "verdict_key",
+]

@@ -9,6 +9,9 @@ Cost, since a trial pays it before every new knob combination:
   choice need real data, not much of it (a compiled model, specialised to its input shapes, is
   compared on the batch it will train on);
 - the trial's model is handed on to train (`keep_model`), so a trial builds one model, not two;
+- the reference's compared step (its loss, gradients and initial weights) depends on the model,
+  not on the knobs: a worker's later probes of the same model read it from `references`
+  (`hpo.verify.compared`) instead of building the reference and running it again;
 - a trial's probe times nothing of the trial: its first steady training steps decide `slow`
   (`hpo.verify.slow`). Only the reference's step time is measured (`hpo.verify.reference`), once
   per model, batch size and device, and kept in the verdict store (the study's). `hpo probe` times
@@ -33,6 +36,7 @@ from hpo.hardware.runtime import seed_everything, synchronize
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, reference_key
 from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
+from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
 from hpo.verify.reference import time_reference
 from hpo.verify.slow import SlowLimit
 from hpo.verify.tolerances import TOLERANCES
@@ -53,6 +57,7 @@ class ProbeResult:
     peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
     observed: dict = field(default_factory=dict)
     probe_s: float = 0.0
+    reference_reused: bool = False  # the reference's compared step was read from an earlier probe's
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.
     model: AssembledModel | None = field(default=None, repr=False, compare=False)
@@ -76,15 +81,17 @@ def run_probe(
     store: VerdictStore | None = None,
     keep_model: bool = False,
     timed: bool = True,
+    references: ReferenceFiles | None = None,
 ) -> ProbeResult:
     """Probe the trial's knobs. `store` keeps the reference's step time between probes;
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
     `timed` also times the trial's steps for its slowdown and `slow` verdict (`hpo probe`, which
-    trains nothing); untimed, only the reference's step time is measured, if no store has it."""
+    trains nothing); untimed, only the reference's step time is measured, if no store has it.
+    `references` keeps the reference's compared step for the next probe of the same model."""
     start = time.perf_counter()
     try:
         store = store if store is not None else MemoryVerdicts()
-        result = _probe(workload, config, device, store, keep_model, timed)
+        result = _probe(workload, config, device, store, keep_model, timed, references)
     except (KnobUnavailable, TrialRejected) as exc:
         result = ProbeResult(verdict=exc.verdict)
     except NonFiniteLoss as exc:  # under these knobs the model overflows on a batch fp32 handles
@@ -99,27 +106,35 @@ def run_probe(
 
 
 def _probe(
-    workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore, keep_model: bool, timed: bool
+    workload: Workload,
+    config: TrialConfig,
+    device: torch.device,
+    store: VerdictStore,
+    keep_model: bool,
+    timed: bool,
+    references: ReferenceFiles | None,
 ) -> ProbeResult:
     batch_size, seed = config.training.batch_size, config.seed
     batch = next(workload.train_batches(batch_size, seed))
     compared = batch if config.knobs.compile else next(workload.train_batches(min(PROBE_SAMPLES, batch_size), seed))
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
-    seed_everything(seed)
-    reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
-    initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
-    # No update: the reference is compared, not trained. What its step added to the resident set
-    # sizes the memory its timing touches beforehand (hpo.verify.reference).
-    resident = resident_bytes()
-    ref_loss, ref_grads = _loss_and_grads(reference, reference.move(compared))
-    compared_growth = resident_bytes() - resident
+    key = compared_key(workload, config, device, workload.samples_in(compared))
+    # A reference still to be timed runs its compared step anyway: it warms the reference up, and
+    # what the step added to the resident set sizes the memory its timing touches beforehand.
+    kept = references.get(key, device) if references is not None and reference_ms is not None else None
+    reused, reference, compared_growth = kept is not None, None, 0
+    if kept is None:
+        reference, kept, compared_growth = _reference_step(workload, config, device, compared)
+        if references is not None:
+            references.put(key, kept)
     trial = AssembledModel(workload, config.knobs, config.training, device)
-    trial.model.load_state_dict(initial)
+    trial.model.load_state_dict(kept.initial)
     # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
     # optimizer path is observed in training, and recorded as null for a trial rejected here.
     with capture_step(trial) as evidence:
         loss, grads = _loss_and_grads(trial, trial.move(compared))
-    result = _compare(config.knobs, loss, grads, ref_loss, ref_grads)
+    result = _compare(config.knobs, loss, grads, kept.loss, kept.grads)
+    result.reference_reused = reused
     # The compared step's update, after the comparison (gradient clipping would change the gradients
     # in place): it runs the optimizer knob, and creates its state before any timing.
     trial.optimizer_step()
@@ -138,10 +153,25 @@ def _probe(
             _time_trial(result, trial, batch, config, reference_ms)
     result.peak_mem_mb = trial.memory.peak_mb
     if keep_model and result.ok:
-        del reference, ref_grads, grads  # before training starts: the trial's peak memory is its own
+        initial = kept.initial
+        reference = kept = grads = None  # before training starts: the trial's peak memory is its own
         trial.restart(initial)
         result.model = trial
     return result
+
+
+def _reference_step(
+    workload: Workload, config: TrialConfig, device: torch.device, compared: Batch
+) -> tuple[AssembledModel, ComparedReference, int]:
+    """Build the reference and run its compared step, without an update (the reference is
+    compared, not trained). Returns it, its compared step, and what that step added to the
+    resident set."""
+    seed_everything(config.seed)
+    reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
+    initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
+    resident = resident_bytes()
+    loss, grads = _loss_and_grads(reference, reference.move(compared))
+    return reference, ComparedReference(loss, grads, initial), resident_bytes() - resident
 
 
 def _loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:

@@ -82,6 +82,7 @@ class GPT(nn.Module):
 class CausalLM(Workload):
     Options = CausalLMOptions
     metrics = METRICS
+    model_reads_hparams = False
 
     def __init__(self, options: CausalLMOptions):
         super().__init__(options)

@@ -207,6 +207,7 @@ class TextClassification(Workload):
 
     Options = TextClassificationOptions
     metrics = METRICS
+    model_reads_hparams = False
 
     def __init__(self, options: TextClassificationOptions):
         super().__init__(options)

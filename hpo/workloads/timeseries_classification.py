@@ -155,6 +155,7 @@ class TimeseriesClassification(Workload):
 
     Options = TimeseriesOptions
     metrics = METRICS
+    model_reads_hparams = False
 
     def __init__(self, options: TimeseriesOptions):
         super().__init__(options)

@@ -1,0 +1,102 @@
+"""The reference's side of the probe's comparison, kept between probes of one model.
+
+Every probe compares the trial's loss and gradients with the fp32/eager/for-loop reference's, on
+the same compared samples and from the same initial weights. Those three things (the initial
+weights, the reference's loss and its gradients) depend on the model, the seed and the compared
+samples, never on the trial's knobs. So a probe of a second knob combination need not build the
+reference and run its step again: it reads them from the `ReferenceFiles` of its worker, written by
+the first probe.
+
+They are files, not memory: each trial runs in its own process (`hpo.study.trial_runners`), and a
+trial's resident set is its recorded peak memory. The trial memory-maps them, reads them once in
+the comparison and drops them when the probe ends.
+
+The key leaves out the training hyperparameters (learning rate, weight decay...) only for a
+workload that declares its model and loss do not read them (`Workload.model_reads_hparams`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.hardware.probes import device_model
+from hpo.verify.cache import package_versions
+from hpo.workloads.base import Workload
+
+__all__ = ["ComparedReference", "ReferenceFiles", "compared_key"]
+
+
+@dataclass(frozen=True)
+class ComparedReference:
+    """The reference's compared step: its loss, its fp32 gradients (in parameter order) and the
+    initial weights (the state dict) it started from, which the trial loads."""
+
+    loss: float
+    grads: list[torch.Tensor]
+    initial: dict[str, torch.Tensor]
+
+    def to(self, device: torch.device) -> ComparedReference:
+        if device.type == "cpu":
+            return self
+        return ComparedReference(
+            self.loss, [g.to(device) for g in self.grads], {k: v.to(device) for k, v in self.initial.items()}
+        )
+
+
+def compared_key(workload: Workload, config: TrialConfig, device: torch.device, compared_samples: int) -> str:
+    """What the reference's compared step depends on: the model (workload and options), the seed,
+    the compared samples, the device and the software; the training hyperparameters only when the
+    workload's model reads them."""
+    facts = {
+        "compared": True,
+        "workload": config.workload,
+        "workload_options": config.workload_options,
+        "seed": config.seed,
+        "compared_samples": compared_samples,
+        "hparams": config.training.params() if workload.model_reads_hparams else None,
+        "device": device_model(device),
+        "versions": dict(package_versions()),
+    }
+    return "compared-" + hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ReferenceFiles:
+    """A folder of compared references, one file per key, shared by the probes of one worker's
+    trial processes. A file is written under a temporary name and renamed, so a reader sees a
+    whole file or none."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.pt"
+
+    def get(self, key: str, device: torch.device) -> ComparedReference | None:
+        path = self._path(key)
+        if not path.exists():
+            return None
+        saved = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
+        return ComparedReference(float(saved["loss"]), list(saved["grads"]), dict(saved["initial"])).to(device)
+
+    def put(self, key: str, reference: ComparedReference) -> None:
+        saved = {
+            "loss": reference.loss,
+            "grads": [g.detach().cpu() for g in reference.grads],
+            "initial": {k: v.detach().cpu() for k, v in reference.initial.items()},
+        }
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=".pt")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(saved, f)
+            os.replace(tmp, self._path(key))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,111 @@
+"""A worker's later probes of one model read the reference's compared step from files instead of
+building and running the reference again, and reach the same verdicts and errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import toy_config
+
+import hpo.verify.probe as probe_module
+from hpo.config.trial import Knobs
+from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.classify import REFERENCE_KNOBS
+from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
+from hpo.verify.probe import run_probe
+from hpo.workloads.registry import create_workload
+
+CPU = torch.device("cpu")
+SDPA_FUSED = Knobs(precision="fp32", attention="sdpa", optimizer="fused")
+BF16_FOREACH = Knobs(precision="bf16", attention="eager", optimizer="foreach")
+
+
+def config_for(knobs: Knobs, workload: str = "toy_workloads:HparamFreeToy", lr: float = 3e-3, **options):
+    config = dataclasses.replace(toy_config(knobs, **options), workload=workload)
+    return dataclasses.replace(config, training=dataclasses.replace(config.training, lr=lr))
+
+
+@pytest.fixture
+def reference_builds(monkeypatch) -> list[Knobs]:
+    """The knobs of every model the probe builds."""
+    built: list[Knobs] = []
+    original = probe_module.AssembledModel
+
+    def counting(workload, knobs, training, device):
+        built.append(knobs)
+        return original(workload, knobs, training, device)
+
+    monkeypatch.setattr(probe_module, "AssembledModel", counting)
+    return built
+
+
+def probe(config, verdicts, references=None):
+    return run_probe(create_workload(config.workload, config.workload_options), config, CPU, verdicts, references=references)
+
+
+def test_a_later_probe_reads_the_reference_and_builds_only_the_trial(tmp_path, reference_builds):
+    verdicts, files = MemoryVerdicts(), ReferenceFiles(tmp_path)
+    first = probe(config_for(SDPA_FUSED), verdicts, files)
+    assert first.ok and not first.reference_reused
+    assert reference_builds == [REFERENCE_KNOBS, SDPA_FUSED]
+    assert len(list(tmp_path.glob("compared-*.pt"))) == 1
+    reference_builds.clear()
+    later = probe(config_for(BF16_FOREACH, lr=1e-4), verdicts, files)  # another lr: the same reference
+    assert later.reference_reused
+    assert reference_builds == [BF16_FOREACH]
+    # The same comparison as a probe that runs its own reference.
+    alone = probe(config_for(BF16_FOREACH), MemoryVerdicts())
+    assert (later.verdict, later.loss_rel_err, later.grad_rel_err) == (alone.verdict, alone.loss_rel_err, alone.grad_rel_err)
+    assert later.loss_rel_err > 0  # bf16 really differs from the fp32 reference it was compared with
+
+
+def test_a_reference_still_to_be_timed_runs_its_own_step(tmp_path, reference_builds):
+    files = ReferenceFiles(tmp_path)
+    probe(config_for(SDPA_FUSED), MemoryVerdicts(), files)
+    reference_builds.clear()
+    fresh = probe(config_for(BF16_FOREACH), MemoryVerdicts(), files)  # no reference step time in this store
+    assert not fresh.reference_reused
+    assert reference_builds == [REFERENCE_KNOBS, BF16_FOREACH]
+
+
+def test_the_trial_is_compared_with_what_the_files_hold(tmp_path):
+    """A wrong file gives a wrong verdict: the probe really compares with the stored reference."""
+    verdicts, files = MemoryVerdicts(), ReferenceFiles(tmp_path)
+    config = config_for(SDPA_FUSED)
+    assert probe(config, verdicts, files).ok
+    workload = create_workload(config.workload, config.workload_options)
+    key = compared_key(workload, config, CPU, compared_samples=4)
+    stored = files.get(key, CPU)
+    files.put(key, ComparedReference(stored.loss, [2 * g for g in stored.grads], stored.initial))
+    result = probe(config_for(BF16_FOREACH), verdicts, files)
+    assert result.reference_reused
+    assert str(result.verdict).startswith("incompatible: gradients differ from fp32/eager by"), str(result.verdict)
+
+
+def test_the_key_follows_the_model_and_samples_not_the_knobs():
+    workload = create_workload("toy_workloads:HparamFreeToy", {})
+    base = config_for(SDPA_FUSED)
+    key = compared_key(workload, base, CPU, 4)
+    assert compared_key(workload, config_for(BF16_FOREACH, lr=1.0), CPU, 4) == key
+    assert compared_key(workload, config_for(SDPA_FUSED, d_model=64), CPU, 4) != key
+    assert compared_key(workload, dataclasses.replace(base, seed=1), CPU, 4) != key
+    assert compared_key(workload, base, CPU, 16) != key
+
+
+def test_a_workload_whose_model_may_read_the_hyperparameters_keys_them_too():
+    workload = create_workload("toy_workloads:Toy", {})
+    assert workload.model_reads_hparams  # the default for any workload that does not say otherwise
+    key = compared_key(workload, config_for(SDPA_FUSED, workload="toy_workloads:Toy"), CPU, 4)
+    assert compared_key(workload, config_for(SDPA_FUSED, workload="toy_workloads:Toy", lr=1.0), CPU, 4) != key
+
+
+def test_files_are_whole_or_absent(tmp_path):
+    files = ReferenceFiles(tmp_path)
+    assert files.get("compared-missing", CPU) is None
+    reference = ComparedReference(1.5, [torch.ones(3), torch.zeros(2)], {"w": torch.arange(4.0)})
+    files.put("compared-x", reference)
+    assert [p.name for p in tmp_path.iterdir()] == ["compared-x.pt"]  # no temporary file left
+    back = files.get("compared-x", CPU)
+    assert back.loss == 1.5 and torch.equal(back.grads[0], torch.ones(3)) and torch.equal(back.initial["w"], torch.arange(4.0))

@@ -1,0 +1,37 @@
+"""A worker's trial processes share the probe's reference step through the worker's folder: the
+first probe of the model writes it, the probes of later knob combinations read it, and the folder
+is gone when the worker ends. A space that fixes every knob gets no folder."""
+
+from __future__ import annotations
+
+import yaml
+
+from hpo.config.space import parse_space
+from hpo.study.trial_runners import reference_folder
+from worker_harness import hpo, hpo_env, space_file, trials
+
+
+def test_later_probes_in_trial_processes_read_the_first_probes_reference(tmp_path):
+    path = space_file(tmp_path, 4, workload="toy_workloads:HparamFreeToy")
+    space = yaml.safe_load(path.read_text())
+    space["systems"]["optimizer"] = ["forloop", "foreach", "fused"]
+    path.write_text(yaml.safe_dump(space))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    run = hpo("run", path, "--storage", storage, env=hpo_env(TMPDIR=str(temp)))
+    assert run.returncode == 0, run.stderr
+    probed = [t for t in sorted(trials(storage), key=lambda t: t.number) if not t.user_attrs["probe_cached"]]
+    assert len(probed) >= 2  # the seeded sampler draws at least two of the three optimizers
+    assert [t.user_attrs["probe_reference_reused"] for t in probed] == [False] + [True] * (len(probed) - 1)
+    assert all(t.user_attrs["verdict"] == "ok" for t in probed)
+    assert list(temp.glob("hpo-reference-*")) == []  # the worker removed its folder
+
+
+def test_a_space_with_every_knob_fixed_keeps_no_folder(tmp_path):
+    fixed = yaml.safe_load(space_file(tmp_path, 1).read_text())
+    assert reference_folder(parse_space(fixed, source="test")) is None
+    fixed["systems"]["precision"] = ["fp32", "bf16"]
+    folder = reference_folder(parse_space(fixed, source="test"))
+    assert folder is not None
+    folder.cleanup()
