@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,17 +87,27 @@ class ReferenceFiles:
         saved = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
         return ComparedReference(float(saved["loss"]), list(saved["grads"]), dict(saved["initial"])).to(device)
 
-    def put(self, key: str, reference: ComparedReference) -> None:
+    def put(self, key: str, reference: ComparedReference) -> bool:
+        """Write `reference` under `key`; False when the folder cannot take it (a full disk): the
+        later probes then run the reference themselves, as they would without a folder. Said on
+        stderr, since only their cost changes, never a verdict."""
         saved = {
             "loss": reference.loss,
             "grads": [g.detach().cpu() for g in reference.grads],
             "initial": {k: v.detach().cpu() for k, v in reference.initial.items()},
         }
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=".pt")
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=".pt")
             with os.fdopen(fd, "wb") as f:
                 torch.save(saved, f)
             os.replace(tmp, self._path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        except OSError as exc:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            print(
+                f"hpo: the probe's reference step was not kept in {self.directory} ({exc}); later probes run it again",
+                file=sys.stderr,
+            )
+            return False
+        return True

@@ -109,3 +109,19 @@ def test_files_are_whole_or_absent(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["compared-x.pt"]  # no temporary file left
     back = files.get("compared-x", CPU)
     assert back.loss == 1.5 and torch.equal(back.grads[0], torch.ones(3)) and torch.equal(back.initial["w"], torch.arange(4.0))
+
+
+def test_a_folder_that_cannot_take_the_file_changes_only_the_cost(tmp_path, monkeypatch, capsys):
+    import errno
+
+    def full_disk(obj, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    verdicts, files = MemoryVerdicts(), ReferenceFiles(tmp_path)
+    assert probe(config_for(SDPA_FUSED), verdicts, files).ok
+    assert list(tmp_path.iterdir()) == []  # no partial file left behind
+    assert "not kept" in capsys.readouterr().err
+    later = probe(config_for(BF16_FOREACH), verdicts, files)
+    assert later.ok and not later.reference_reused
