@@ -19,7 +19,7 @@ from hpo.engine.flops import model_flops_per_sample
 from hpo.hardware.peaks import peak_for
 from hpo.hardware.probes import device_model
 from hpo.trial.trainer import TrainResult
-from hpo.verify.cache import VerdictStore, reference_key
+from hpo.verify.cache import VerdictStore, flops_key
 from hpo.workloads.base import Workload
 
 __all__ = ["objective_values", "speed_attrs"]
@@ -30,8 +30,8 @@ FLOP_COUNT_SAMPLES = 2
 
 
 def _flops_per_sample(workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore) -> float:
-    key = "flops-" + reference_key(config, device)
-    cached = store.get(key)
+    key = flops_key(config, device)
+    cached = store.get(key)  # the probe's reference step has usually counted them
     if cached is None:
         batch = next(workload.train_batches(min(FLOP_COUNT_SAMPLES, config.training.batch_size), config.seed))
         cached = {"model_flops_per_sample": model_flops_per_sample(workload, batch)}

@@ -46,6 +46,12 @@ def reference_key(config: TrialConfig, device: torch.device) -> str:
     return "reference-" + hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def flops_key(config: TrialConfig, device: torch.device) -> str:
+    """The key of the model's FLOPs per sample (`{"model_flops_per_sample": ...}`), counted once
+    per study: by the probe's reference step, or else by the first trial's speed record."""
+    return "flops-" + reference_key(config, device)
+
+
 def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[str, Any]]:
     """A short hash and the facts it hashes. The workload name and options fix the model's
     architecture, so they stand for its signature without building the model."""
@@ -67,6 +73,7 @@ __all__ = [
     "MemoryVerdicts",
     "StudyVerdicts",
     "VerdictStore",
+    "flops_key",
     "package_versions",
     "reference_key",
     "verdict_key",

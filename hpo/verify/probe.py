@@ -20,6 +20,7 @@ Cost, since a trial pays it before every new knob combination:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -27,6 +28,7 @@ import torch
 
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
+from hpo.engine.flops import counting_flops
 from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
@@ -34,7 +36,7 @@ from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.memory import resident_bytes
 from hpo.hardware.runtime import seed_everything, synchronize
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.cache import MemoryVerdicts, VerdictStore, reference_key
+from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
 from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
 from hpo.verify.reference import time_reference
@@ -124,7 +126,7 @@ def _probe(
     kept = references.get(key, device) if references is not None and reference_ms is not None else None
     reused, reference, compared_growth = kept is not None, None, 0
     if kept is None:
-        reference, kept, compared_growth = _reference_step(workload, config, device, compared)
+        reference, kept, compared_growth = _reference_step(workload, config, device, compared, store)
         if references is not None:
             references.put(key, kept)
     trial = AssembledModel(workload, config.knobs, config.training, device)
@@ -161,17 +163,25 @@ def _probe(
 
 
 def _reference_step(
-    workload: Workload, config: TrialConfig, device: torch.device, compared: Batch
+    workload: Workload, config: TrialConfig, device: torch.device, compared: Batch, store: VerdictStore
 ) -> tuple[AssembledModel, ComparedReference, int]:
     """Build the reference and run its compared step, without an update (the reference is
     compared, not trained). Returns it, its compared step, and what that step added to the
-    resident set."""
+    resident set. The step also counts the model's FLOPs per sample into `store`, when the study
+    has no count yet and the step is a small one: the reference is the plain eager fp32 model
+    the count needs (`hpo.engine.flops`), so the trial's speed record need not build another."""
     seed_everything(config.seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
     initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
+    samples = workload.samples_in(compared)
+    count = samples <= PROBE_SAMPLES and store.get(flops_key(config, device)) is None
     resident = resident_bytes()
-    loss, grads = _loss_and_grads(reference, reference.move(compared))
-    return reference, ComparedReference(loss, grads, initial), resident_bytes() - resident
+    with counting_flops() if count else contextlib.nullcontext() as flops:
+        loss, grads = _loss_and_grads(reference, reference.move(compared))
+    growth = resident_bytes() - resident
+    if count:
+        store.put(flops_key(config, device), {"model_flops_per_sample": flops.total / samples})
+    return reference, ComparedReference(loss, grads, initial), growth
 
 
 def _loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:

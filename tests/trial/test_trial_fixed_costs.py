@@ -164,3 +164,37 @@ def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and
     seen.clear()
     again = execute(config, verdicts)
     assert again.verdict.kind is Kind.SLOW and again.attrs["probe_cached"] and seen == []
+
+
+def test_the_probes_reference_step_counts_the_flops_the_trial_records(monkeypatch):
+    """The reference's compared step is the eager fp32 model the FLOP count needs: the trial records
+    that count and builds no model to count again."""
+    import hpo.trial.speed as speed
+    from hpo.engine.flops import model_flops_per_sample
+    from hpo.workloads.registry import create_workload
+
+    config = _config()
+    workload = create_workload(config.workload, config.workload_options)
+    expected = model_flops_per_sample(workload, next(workload.train_batches(2, config.seed)))
+
+    def counted_again(*args):
+        raise AssertionError("the trial counted the FLOPs again")
+
+    monkeypatch.setattr(speed, "model_flops_per_sample", counted_again)
+    outcome = execute(config, MemoryVerdicts())
+    assert outcome.ok, str(outcome.verdict)
+    assert outcome.attrs["model_flops_per_sample"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_compiled_trial_compared_on_its_whole_batch_leaves_the_count_to_its_speed_record(monkeypatch):
+    """Counting a whole batch would cost more than the speed record's own small count."""
+    import hpo.trial.speed as speed
+
+    calls = []
+    count = speed.model_flops_per_sample
+    monkeypatch.setattr(speed, "model_flops_per_sample", lambda *args: calls.append(args) or count(*args))
+    config = dataclasses.replace(_config(), knobs=dataclasses.replace(KNOBS, compile="default"))
+    config = dataclasses.replace(config, training=dataclasses.replace(config.training, compile_backend="eager"))
+    outcome = execute(config, MemoryVerdicts())
+    assert outcome.ok, str(outcome.verdict)
+    assert len(calls) == 1 and outcome.attrs["model_flops_per_sample"] > 0
