@@ -61,7 +61,7 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
     with trial_runtime(device), tempfile.TemporaryDirectory(prefix="hpo-reference-") as folder:
         references = ReferenceFiles(folder)  # the reference's compared step runs once, not once a combination
         for config in configs:
-            rows.append(_probe_one(workload, config, device, (store, references)))
+            rows.append(_probe_one(workload, config, device, store, references))
             if on_row is not None:
                 on_row(rows[-1])
     # The reference's own step time is known once any other combination was timed against it.
@@ -72,8 +72,7 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
     return sorted(rows, key=lambda r: (r.samples_per_s is None, -(r.samples_per_s or 0.0)))
 
 
-def _probe_one(workload, config: TrialConfig, device: torch.device, stores: tuple[VerdictStore, ReferenceFiles]) -> SweepRow:
-    store, references = stores
+def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceFiles) -> SweepRow:
     key, facts = verdict_key(config, device)
     record = store.get(key)
     cached = record is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +24,7 @@ from hpo.workloads.base import Batch, Workload
 __all__ = ["FlopCount", "counting_flops", "model_flops_per_sample"]
 
 
+@dataclass
 class FlopCount:
     """The FLOPs counted in a `counting_flops` block, once it has ended."""
 

@@ -48,13 +48,17 @@ def reference_folder(space: SearchSpace) -> tempfile.TemporaryDirectory | None:
     return tempfile.TemporaryDirectory(prefix="hpo-reference-")
 
 
+def _name(folder: tempfile.TemporaryDirectory | None) -> str | None:
+    return None if folder is None else folder.name
+
+
 class InProcessTrials:
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.study.objective import Objective  # imports torch
 
         self.study, self.space, self.tickets = study, space, tickets
         self.references = reference_folder(space)
-        self.objective = Objective(space, reference_dir=self.references and self.references.name)
+        self.objective = Objective(space, reference_dir=_name(self.references))
         self.notes = DashboardNotes()
         self.callbacks = [TrialPrinter(), self.notes]
         gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules
@@ -106,8 +110,7 @@ class ChildTrials:
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
-        reference_dir = self.references and self.references.name
-        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time(), reference_dir)
+        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time(), _name(self.references))
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()

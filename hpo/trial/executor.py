@@ -86,12 +86,11 @@ def execute(
         return _ended(cached_verdict(cached), attrs)
     with trial_runtime(device) as runtime:
         attrs["runtime"] = runtime
-        return _verify_and_train(config, device, (verdicts, references), (key, facts), cached, attrs, on_eval, phases)
+        return _verify_and_train(config, device, verdicts, (key, facts), cached, attrs, on_eval, phases, references)
 
 
-def _verify_and_train(config, device, stores, keyed, cached, attrs, on_eval, phases: Phases) -> TrialOutcome:
+def _verify_and_train(config, device, verdicts, keyed, cached, attrs, on_eval, phases: Phases, references) -> TrialOutcome:
     key, facts = keyed
-    verdicts, references = stores
     start = time.perf_counter()
     assembled = None
     try:

@@ -84,6 +84,9 @@ def test_run_best_export_train(tmp_path):
             assert observed["grad_checkpointing"] == attrs["knobs_requested"]["grad_checkpointing"]
             assert attrs["train_samples_per_s"] > 0 and attrs["step_time_ms"] > 0 and attrs["n_params"] > 0
     assert study.metric_names == ["val_loss", "val_perplexity"]
+    # The in-process worker runs the reference's compared step once; later probes of the model read it.
+    probed = [t.user_attrs["probe_reference_reused"] for t in trials if t.user_attrs.get("probe_cached") is False]
+    assert probed[0] is False and all(probed[1:]), probed
 
     table = hpo("best", "--study", "e2e", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
