@@ -91,9 +91,12 @@ def run_probe(
     trains nothing); untimed, only the reference's step time is measured, if no store has it.
     `references` keeps the reference's compared step for the next probe of the same model."""
     start = time.perf_counter()
+    store = store if store is not None else MemoryVerdicts()
+    # Read before the knobs run, and outside their verdicts: a file that cannot be read is no
+    # verdict on them, and a probe that ends in one still says which reference it compared with.
+    kept = _kept_reference(workload, config, device, store, references)
     try:
-        store = store if store is not None else MemoryVerdicts()
-        result = _probe(workload, config, device, store, keep_model, timed, references)
+        result = _probe(workload, config, device, store, references, kept, keep_model=keep_model, timed=timed)
     except (KnobUnavailable, TrialRejected) as exc:
         result = ProbeResult(verdict=exc.verdict)
     except NonFiniteLoss as exc:  # under these knobs the model overflows on a batch fp32 handles
@@ -103,8 +106,26 @@ def run_probe(
         raise  # out of memory is about this trial's size, not about the knobs: the trial records it
     except Exception as exc:  # noqa: BLE001 - any failure of the knobs is the verdict itself
         result = ProbeResult(verdict=classify_failure(exc, config.knobs))
+    result.reference_reused = kept is not None
     result.probe_s = time.perf_counter() - start
     return result
+
+
+def _compared_samples(config: TrialConfig) -> int:
+    """A compiled model, specialised to its input shapes, is compared on the batch it will train on."""
+    batch_size = config.training.batch_size
+    return batch_size if config.knobs.compile else min(PROBE_SAMPLES, batch_size)
+
+
+def _kept_reference(
+    workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceFiles | None
+) -> ComparedReference | None:
+    """The reference's compared step from an earlier probe of this model, if `references` has it.
+    A reference still to be timed runs its compared step anyway: it warms the reference up, and
+    what the step added to the resident set sizes the memory its timing touches beforehand."""
+    if references is None or (store.get(reference_key(config, device)) or {}).get("step_ms") is None:
+        return None
+    return references.get(compared_key(workload, config, device, _compared_samples(config)), device)
 
 
 def _probe(
@@ -112,23 +133,21 @@ def _probe(
     config: TrialConfig,
     device: torch.device,
     store: VerdictStore,
+    references: ReferenceFiles | None,
+    kept: ComparedReference | None,
+    *,
     keep_model: bool,
     timed: bool,
-    references: ReferenceFiles | None,
 ) -> ProbeResult:
-    batch_size, seed = config.training.batch_size, config.seed
-    batch = next(workload.train_batches(batch_size, seed))
-    compared = batch if config.knobs.compile else next(workload.train_batches(min(PROBE_SAMPLES, batch_size), seed))
+    seed = config.seed
+    batch = next(workload.train_batches(config.training.batch_size, seed))
+    compared = batch if config.knobs.compile else next(workload.train_batches(_compared_samples(config), seed))
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
-    key = compared_key(workload, config, device, workload.samples_in(compared))
-    # A reference still to be timed runs its compared step anyway: it warms the reference up, and
-    # what the step added to the resident set sizes the memory its timing touches beforehand.
-    kept = references.get(key, device) if references is not None and reference_ms is not None else None
-    reused, reference, compared_growth = kept is not None, None, 0
+    reference, compared_growth = None, 0
     if kept is None:
         reference, kept, compared_growth = _reference_step(workload, config, device, compared, store)
         if references is not None:
-            references.put(key, kept)
+            references.put(compared_key(workload, config, device, _compared_samples(config)), kept)
     trial = AssembledModel(workload, config.knobs, config.training, device)
     trial.model.load_state_dict(kept.initial)
     # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
@@ -136,7 +155,6 @@ def _probe(
     with capture_step(trial) as evidence:
         loss, grads = _loss_and_grads(trial, trial.move(compared))
     result = _compare(config.knobs, loss, grads, kept.loss, kept.grads)
-    result.reference_reused = reused
     # The compared step's update, after the comparison (gradient clipping would change the gradients
     # in place): it runs the optimizer knob, and creates its state before any timing.
     trial.optimizer_step()

@@ -53,7 +53,10 @@ def test_probe_ranks_every_combination_and_seeds_the_study(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'studies' / 'sweep.db'}"
     study = optuna.load_study(study_name="sweep", storage=url)
-    assert len(StudyVerdicts(study).all()) == 4
+    records = StudyVerdicts(study).all()
+    assert len(records) == 4
+    # One reference step for the model, read by the three other combinations' probes.
+    assert sorted(r["reference_reused"] for r in records.values()) == [False, True, True, True]
     run = _hpo("run", "space.yaml", "--in-process", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     trials = optuna.load_study(study_name="sweep", storage=url).trials
