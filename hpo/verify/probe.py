@@ -92,11 +92,26 @@ def run_probe(
     `references` keeps the reference's compared step for the next probe of the same model."""
     start = time.perf_counter()
     store = store if store is not None else MemoryVerdicts()
+    reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
+    key = compared_key(workload, config, device, _compared_samples(config))
     # Read before the knobs run, and outside their verdicts: a file that cannot be read is no
     # verdict on them, and a probe that ends in one still says which reference it compared with.
-    kept = _kept_reference(workload, config, device, store, references)
+    # A reference still to be timed runs its compared step anyway: it warms the reference up, and
+    # what the step added to the resident set sizes the memory its timing touches beforehand.
+    kept = references.get(key, device) if references is not None and reference_ms is not None else None
     try:
-        result = _probe(workload, config, device, store, references, kept, keep_model=keep_model, timed=timed)
+        result = _probe(
+            workload,
+            config,
+            device,
+            store,
+            references,
+            kept,
+            key=key,
+            reference_ms=reference_ms,
+            keep_model=keep_model,
+            timed=timed,
+        )
     except (KnobUnavailable, TrialRejected) as exc:
         result = ProbeResult(verdict=exc.verdict)
     except NonFiniteLoss as exc:  # under these knobs the model overflows on a batch fp32 handles
@@ -117,17 +132,6 @@ def _compared_samples(config: TrialConfig) -> int:
     return batch_size if config.knobs.compile else min(PROBE_SAMPLES, batch_size)
 
 
-def _kept_reference(
-    workload: Workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceFiles | None
-) -> ComparedReference | None:
-    """The reference's compared step from an earlier probe of this model, if `references` has it.
-    A reference still to be timed runs its compared step anyway: it warms the reference up, and
-    what the step added to the resident set sizes the memory its timing touches beforehand."""
-    if references is None or (store.get(reference_key(config, device)) or {}).get("step_ms") is None:
-        return None
-    return references.get(compared_key(workload, config, device, _compared_samples(config)), device)
-
-
 def _probe(
     workload: Workload,
     config: TrialConfig,
@@ -136,18 +140,21 @@ def _probe(
     references: ReferenceFiles | None,
     kept: ComparedReference | None,
     *,
+    key: str,
+    reference_ms: float | None,
     keep_model: bool,
     timed: bool,
 ) -> ProbeResult:
+    """`kept`: the reference's compared step read from `references` under `key`; None runs it
+    here (and keeps it there). `reference_ms`: the reference's step time, None times it here."""
     seed = config.seed
     batch = next(workload.train_batches(config.training.batch_size, seed))
     compared = batch if config.knobs.compile else next(workload.train_batches(_compared_samples(config), seed))
-    reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
     reference, compared_growth = None, 0
     if kept is None:
         reference, kept, compared_growth = _reference_step(workload, config, device, compared, store)
         if references is not None:
-            references.put(compared_key(workload, config, device, _compared_samples(config)), kept)
+            references.put(key, kept)
     trial = AssembledModel(workload, config.knobs, config.training, device)
     trial.model.load_state_dict(kept.initial)
     # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
