@@ -7,6 +7,7 @@ are verdicts about a trial: they are recorded on the trial, never printed as war
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,3 +50,27 @@ class PrunedByPruner(HpoError):
     def __init__(self, step: int):
         super().__init__(f"pruned at step {step}")
         self.step = step
+
+
+class TrialError(HpoError):
+    """The trial failed in a way that proves nothing about its knobs (a bug, a transient device
+    error, a failure that did not repeat): not a verdict. `attrs` is what the trial recorded up to
+    then, with the traceback (truncated) under `error_traceback`; the exception is the cause."""
+
+    def __init__(self, verdict: Verdict, attrs: dict):
+        super().__init__(str(verdict))
+        self.verdict, self.attrs = verdict, attrs
+
+
+# A trial's attrs keep the traceback's last lines: the worker's stderr has all of it.
+TRACEBACK_CHARS = 4000
+
+
+def error_verdict(exc: BaseException) -> Verdict:
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
+
+
+def short_traceback(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= TRACEBACK_CHARS else "...\n" + text[-TRACEBACK_CHARS:]

@@ -11,6 +11,7 @@ sampler never proposes a combination, or a part of one, known to fail.
 from __future__ import annotations
 
 import itertools
+import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -19,11 +20,13 @@ import torch
 from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
+from hpo.errors import error_verdict, short_traceback
 from hpo.hardware.runtime import resolve_device, trial_runtime
 from hpo.trial.executor import cached_verdict
 from hpo.verdicts import Verdict
-from hpo.verify.cache import VerdictStore, reference_key, verdict_key
+from hpo.verify.cache import VerdictStore, reference_key, speed_key, verdict_key
 from hpo.verify.compared import ReferenceFiles
+from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.probe import run_probe
 from hpo.workloads.registry import create_workload
 
@@ -74,20 +77,35 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
 
 def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceFiles) -> SweepRow:
     key, facts = verdict_key(config, device)
-    record = store.get(key)
-    cached = record is not None
-    if record is None:
-        probe = run_probe(workload, config, device, store, references=references)
+    batch_size = config.training.batch_size
+    record, speed = store.get(key), store.get(speed_key(key, batch_size))
+    cached = record is not None and (speed is not None or not cached_verdict(record).ok)
+    if not cached:
+        try:
+            probe = run_probe(workload, config, device, store, references=references)
+        except Exception as exc:
+            if is_sticky_device_error(exc):
+                raise
+            print(
+                f"hpo probe: {config.knobs.as_dict()} failed with an error (not a verdict):\n{short_traceback(exc)}",
+                file=sys.stderr,
+            )
+            return SweepRow(config.knobs.as_dict(), str(error_verdict(exc)), None, None, None, None, None, cached=False)
         record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
-        store.put(key, record)
-    step_ms = record.get("trial_step_ms")
-    batch_size = record.get("batch_size", config.training.batch_size)  # a trial's record: its own batch
-    ok = cached_verdict(record).ok
+        store.add(key, record)
+        speed = probe.speed_record(batch_size)
+        if speed is not None:
+            store.add(speed_key(key, batch_size), speed)
+    verdict = cached_verdict(record)
+    if verdict.ok and speed is not None:
+        verdict = cached_verdict(speed)
+    step_ms = (speed or {}).get("trial_step_ms")
+    ok = verdict.ok
     return SweepRow(
         knobs=config.knobs.as_dict(),
-        verdict=str(cached_verdict(record)),
+        verdict=str(verdict),
         samples_per_s=1000 * batch_size / step_ms if ok and step_ms else None,
-        slowdown=record.get("slowdown"),
+        slowdown=(speed or {}).get("slowdown"),
         peak_mem_mb=record.get("peak_mem_mb"),
         loss_rel_err=record.get("loss_rel_err"),
         grad_rel_err=record.get("grad_rel_err"),

@@ -62,6 +62,31 @@ def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
     trial._cached_frozen_trial.user_attrs.update(attrs)  # what Trial.set_user_attr also keeps
 
 
+def add_study_user_attr(study: optuna.Study, key: str, value: Any) -> bool:
+    """Set a study user attr only if the study has none under `key`; False if it had one. Atomic
+    in an RDB storage (Optuna's table is unique on study and key, so a second insert fails), so
+    two workers recording a fact at once never overwrite each other; Optuna's own
+    `set_user_attr` updates in place. Other storages are one process's: read, then write."""
+    backend = rdb_backend(storage_of(study))
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        if key in study.user_attrs:
+            return False
+        study.set_user_attr(key, value)
+        return True
+    import json
+
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+
+    table = models.StudyUserAttributeModel.__table__
+    try:
+        with backend.engine.begin() as conn:
+            conn.execute(table.insert().values(study_id=study_id_of(study), key=key, value_json=json.dumps(value)))
+    except sa.exc.IntegrityError:
+        return False
+    return True
+
+
 def record_feasibility(trial: optuna.Trial, violation: float) -> None:
     """Record the trial's one constraint (> 0: infeasible) where every reader finds it.
 

@@ -14,8 +14,9 @@ mended, not redrawn:
   with the params already chosen or still to come from the relative proposal, and then picks
   among the values that would not.
 
-So the base sampler is asked exactly as often as without the wrapper. Only `incompatible` and `slow`
-verdicts are avoided: divergence and OOM depend on the learning rate and batch size too. A part
+So the base sampler is asked exactly as often as without the wrapper. A `slow` verdict's part
+carries the batch size it was measured at, so it avoids the values at that batch size only. Only
+`incompatible` and `slow` verdicts are avoided: divergence and OOM depend on the learning rate and batch size too. A part
 that names a knob the study does not search (it is fixed) never matches a proposal, so it costs
 nothing; an empty part, which a verdict about training params alone would give, is dropped, or it
 would match every proposal.
@@ -31,6 +32,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo.knobs.registry import KNOB_NAMES
 from hpo.storage.optuna_compat import trial_id_of
 from hpo.verdicts import Part, Verdict
 from hpo.verify.store import StudyVerdicts
@@ -68,7 +70,10 @@ def known_bad_parts(study: optuna.Study) -> set[Part]:
 
 
 def _clashes(part: Part, params: dict[str, Any]) -> bool:
-    return all(k in params and params[k] == v for k, v in part)
+    """Whether `params` contain the part. A knob the study fixes is no param, and a part naming it
+    never matches (nothing could mend it); a training hyperparameter in a part (the batch size a
+    `slow` verdict was measured at) matches when the study fixes it, since every trial has it."""
+    return all(params[k] == v if k in params else k not in KNOB_NAMES for k, v in part)
 
 
 class AvoidKnownFailures(BaseSampler):

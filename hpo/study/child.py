@@ -13,20 +13,24 @@ import gc
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
+import traceback
 from collections.abc import Callable
 
 import optuna
+import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
+from hpo.errors import TrialError, error_verdict, short_traceback
 from hpo.storage.open import open_storage
-from hpo.storage.retry import UNFINISHED
+from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
+from hpo.storage.retry import UNFINISHED, RetryWithRefund
 from hpo.storage.urls import mask_password
 from hpo.study.budget import BindOnStart, bind_ticket, tickets_of
 from hpo.study.create import build_sampler, open_hpo_study
 from hpo.study.progress import TrialPrinter, set_sink
 from hpo.study.quiet import quiet_optuna
-from hpo.verdicts import Kind, Verdict
 
 PR_SET_PDEATHSIG = 1
 
@@ -64,8 +68,10 @@ def sampler_for_ticket(space: SearchSpace, serial: int) -> optuna.samplers.BaseS
 
 class GuardedObjective:
     """Names the worker and leaves a verdict that says what happened if the trial never reaches
-    its own: `crashed: ...` if the process dies, `error: ...` if the objective raises (Optuna then
-    records FAIL)."""
+    its own: `crashed: ...` if the process dies. An exception from the objective is an error, not
+    a knob verdict: its full traceback goes to stderr and a truncated copy into `error_traceback`,
+    a retry with the same parameters is queued (study.max_retries, as for a crash: a transient
+    error passes on retry) and the trial ends FAIL, which samplers ignore."""
 
     def __init__(self, objective: Callable[[optuna.Trial], float | list[float]], worker: str):
         self.objective, self.worker = objective, worker
@@ -78,10 +84,28 @@ class GuardedObjective:
         except optuna.TrialPruned:
             raise
         except Exception as exc:
-            first = (str(exc).splitlines() or [""])[0][:300]
-            verdict = Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
+            verdict = exc.verdict if isinstance(exc, TrialError) else error_verdict(exc)
             trial.set_user_attr("verdict", mask_password(str(verdict)))
+            trial.set_user_attr("error_traceback", mask_password(short_traceback(exc)))
+            print(
+                f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_password(''.join(traceback.format_exception(exc)))}",
+                file=sys.stderr,
+                flush=True,
+            )
+            _queue_retry(trial)
             raise
+
+
+def _queue_retry(trial: optuna.Trial) -> None:
+    """Queue the errored trial's retry in a study with an hpo budget (an RDB one). A storage error
+    here must not hide the trial's own: it is said, and the trial still ends FAIL."""
+    study = trial.study
+    if not isinstance(rdb_backend(storage_of(study)), optuna.storages.RDBStorage):
+        return
+    try:
+        RetryWithRefund()(study, storage_of(study).get_trial(trial_id_of(trial)))
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        print(f"trial {trial.number}: its retry could not be queued ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def run_one_trial(

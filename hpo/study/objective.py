@@ -1,8 +1,10 @@
 """The Optuna objective: config from the trial, execute it, record everything on the trial.
 
-A trial rejected before or while training (`incompatible`, `slow`, `oom`, `mismatch`, `error`) ends
-COMPLETE with a violated constraint (1.0), so TPE, NSGA-II and GP learn to avoid its
-region; Optuna ignores FAIL trials (optuna/optuna#2864), so FAIL would teach nothing.
+A trial rejected by a knob verdict before or while training (`incompatible`, `slow`, `oom`,
+`mismatch`) ends COMPLETE with a violated constraint (1.0), so the samplers learn to avoid its
+region. A failure that proves nothing about the knobs (an error: a bug, a transient device error)
+ends FAIL, which Optuna's samplers ignore (optuna/optuna#2864): a bug must not teach them that a
+region is bad. Its traceback goes to stderr and, truncated, into `error_traceback`.
 
 Its value is the worst possible one: +inf for a minimized objective, -inf for a maximized one. Any
 other number would be a lie some tool believes: a "placeholder" of 0.0 was the best val_loss
@@ -25,7 +27,7 @@ import optuna
 
 from hpo.config.space import SearchSpace
 from hpo.config.trial import TrainingConfig
-from hpo.errors import PrunedByPruner
+from hpo.errors import PrunedByPruner, TrialError
 from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
 from hpo.study.progress import eval_line
 from hpo.study.suggest import suggest_config
@@ -60,7 +62,12 @@ class Objective:
         with phases("sample"):
             config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training)
-        outcome = execute(config, StudyVerdicts(trial.study), on_eval, phases, self.references)
+        try:
+            outcome = execute(config, StudyVerdicts(trial.study), on_eval, phases, self.references)
+        except TrialError as exc:  # what it recorded so far, then FAIL (see GuardedObjective)
+            set_user_attrs(trial, {**exc.attrs, "verdict": str(exc.verdict)})
+            trial.set_user_attr("phases_s", phases.record())
+            raise
         with phases("storage"):
             set_user_attrs(trial, {**outcome.attrs, "verdict": str(outcome.verdict)})
         trial.set_user_attr("phases_s", phases.record())  # the write above included

@@ -50,7 +50,7 @@ class TrialRecord(_Record):
 
     verdict: str = Field(
         description="`ok`, `incompatible: …`, `slow: …`, `diverged: step N …`, `mismatch: …`, `oom: …`, "
-        "`pruned: step N`, `crashed: …` or `error: …`: why the trial ended as it did"
+        "`pruned: step N`, `crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
     )
     config: dict[str, Any] | None = Field(None, description="the complete resolved config (`hpo export` writes it)")
     knobs_requested: KnobsRequested | None = Field(None, description="the five knobs as asked")
@@ -79,6 +79,20 @@ class TrialRecord(_Record):
     )
     probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
     probe_cached: bool | None = Field(None, description="whether the knob verdict came from the study's cache")
+    verdict_from_cache: bool | None = Field(
+        None,
+        description="the trial ended on a verdict cached by an earlier trial or `hpo probe`, without running: its "
+        "`knobs_observed` is then empty, since nothing ran",
+    )
+    probe_blame: str | None = Field(
+        None,
+        description="how a knob verdict was proven: `contract` (a known upstream refusal), `evidence` (a knob ran as "
+        "something else) or `differential` (the reference knobs pass where these fail, tried value by value)",
+    )
+    error_traceback: str | None = Field(
+        None,
+        description="on an `error:` trial (state FAIL): the last lines of its traceback; the worker's stderr has all of it",
+    )
     probe_reference_reused: bool | None = Field(
         None,
         description="whether the probe read the fp32 reference's compared step from an earlier probe of this model "
@@ -121,7 +135,7 @@ class TrialRecord(_Record):
     )
     warm_start_from: str | None = Field(None, description="on a warm-started trial: `study#trial` whose configuration it repeats")
     retry_of: int | None = Field(None, description="on a retry: the number of the crashed trial it repeats")
-    previous_verdict: str | None = Field(None, description="on a retry: the crashed trial's verdict")
+    previous_verdict: str | None = Field(None, description="on a retry: the verdict of the trial it repeats")
 
 
 def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:

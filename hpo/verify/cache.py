@@ -68,6 +68,13 @@ def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[st
     return digest, facts
 
 
+def speed_key(key: str, batch_size: int) -> str:
+    """The key of a knob combination's speed fact at one batch size (`ok` with its slowdown, or
+    `slow`), beside its probe verdict under `key`: speed is judged per batch size, compatibility
+    once. One key per fact, so recording one never rewrites the other."""
+    return f"{key}-b{batch_size}"
+
+
 __all__ = [
     "VERDICT_PREFIX",
     "MemoryVerdicts",
@@ -76,5 +83,6 @@ __all__ = [
     "flops_key",
     "package_versions",
     "reference_key",
+    "speed_key",
     "verdict_key",
 ]

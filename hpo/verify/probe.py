@@ -1,8 +1,12 @@
 """Pre-trial compatibility probe: one real forward and backward with the trial's knobs, checked
 against an fp32/eager/for-loop reference on the same samples and weights.
 
-The verdict is `ok`, `incompatible: <why>` or, when the probe is timed, `slow: <ratio>x ...`. Nothing
-is downgraded: the probe only decides whether the trial's own knobs may train.
+The verdict is `ok` or a knob verdict (`incompatible: <why>`), given only when the knobs are
+proven at fault: a known upstream refusal (`hpo.verify.known_failures`), evidence that a knob ran
+as something else, or a differential run in which the reference passes and the knobs fail, tried
+value by value so that only the value or pair at fault is implicated (`hpo.verify.blame`). Anything
+else is raised: an error, never a verdict. A timed probe also judges `slow` at the trial's batch.
+Nothing is downgraded: the probe only decides whether the trial's own knobs may train.
 
 Cost, since a trial pays it before every new knob combination:
 - the compared step runs on `PROBE_SAMPLES` samples, not the trial's batch: numerics and kernel
@@ -21,6 +25,7 @@ Cost, since a trial pays it before every new knob combination:
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -30,21 +35,23 @@ from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.flops import counting_flops
 from hpo.engine.step import NonFiniteLoss, run_step
-from hpo.errors import KnobUnavailable, TrialRejected
+from hpo.errors import HpoError, KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.memory import resident_bytes
-from hpo.hardware.runtime import seed_everything, synchronize
+from hpo.hardware.runtime import seed_everything
 from hpo.verdicts import Kind, Verdict
+from hpo.verify.blame import isolate
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
 from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
+from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.reference import time_reference
 from hpo.verify.slow import SlowLimit
+from hpo.verify.speed import TIMED_STEPS, fastest_step_ms, prove_slow
 from hpo.verify.tolerances import TOLERANCES
 from hpo.workloads.base import Batch, Workload
 
-TIMED_STEPS = 2  # `hpo probe`'s timing of a trial's knobs: the fastest of two
 PROBE_SAMPLES = 4
 
 
@@ -60,6 +67,12 @@ class ProbeResult:
     observed: dict = field(default_factory=dict)
     probe_s: float = 0.0
     reference_reused: bool = False  # the reference's compared step was read from an earlier probe's
+    # How the verdict was proven: "contract" (a known upstream failure), "evidence" (a knob ran as
+    # something else), "differential" (the reference passes where these knobs fail). None when ok.
+    blame: str | None = None
+    # A timed probe's `slow` verdict at the trial's batch size, apart from `verdict`: compatibility
+    # holds at every batch size, speed is judged per batch size (`hpo.verify.cache.speed_key`).
+    slow: Verdict | None = None
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.
     model: AssembledModel | None = field(default=None, repr=False, compare=False)
@@ -70,10 +83,43 @@ class ProbeResult:
 
     def record(self) -> dict:
         """The cache's record: the verdict as its readable string, with what it implicates."""
-        record = asdict(replace(self, model=None))  # a model is no record: never copied into one
-        del record["model"]
+        record = asdict(replace(self, model=None, slow=None))  # a model is no record: never copied into one
+        del record["model"], record["slow"]
         record["verdict"], record["implicates"] = str(self.verdict), self.verdict.implicated_record()
         return record
+
+    def speed_record(self, batch_size: int) -> dict | None:
+        """The speed fact at `batch_size` a timed probe measured, for `hpo.verify.cache.speed_key`."""
+        if self.trial_step_ms is None or not self.ok:
+            return None
+        verdict = self.slow or Verdict(Kind.OK)
+        return speed_fact(verdict, self.slowdown, self.trial_step_ms, batch_size)
+
+
+def speed_fact(verdict: Verdict, slowdown: float | None, step_ms: float, batch_size: int) -> dict:
+    return {
+        "verdict": str(verdict),
+        "implicates": verdict.implicated_record(),
+        "slowdown": slowdown,
+        "trial_step_ms": step_ms,
+        "batch_size": batch_size,
+    }
+
+
+class NotReproduced(HpoError):
+    """The trial's knobs failed the probe once, and passed when the same step was repeated: the
+    failure proves nothing about the knobs, so it is an error, never a verdict."""
+
+
+@dataclass
+class _Failure:
+    """A failed attempt. `verdict` is set when the failure itself proves the knobs at fault (a
+    known upstream refusal, evidence of another kernel); else a differential run must."""
+
+    detail: str
+    verdict: Verdict | None = None
+    blame: str | None = None
+    error: BaseException | None = None
 
 
 def run_probe(
@@ -89,102 +135,155 @@ def run_probe(
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
     `timed` also times the trial's steps for its slowdown and `slow` verdict (`hpo probe`, which
     trains nothing); untimed, only the reference's step time is measured, if no store has it.
-    `references` keeps the reference's compared step for the next probe of the same model."""
+    `references` keeps the reference's compared step for the next probe of the same model.
+
+    Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
+    outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
+    of memory (the trial's size) and a failure that does not repeat (`NotReproduced`)."""
     start = time.perf_counter()
     store = store if store is not None else MemoryVerdicts()
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
     key = compared_key(workload, config, device, _compared_samples(config))
-    # Read before the knobs run, and outside their verdicts: a file that cannot be read is no
-    # verdict on them, and a probe that ends in one still says which reference it compared with.
     # A reference still to be timed runs its compared step anyway: it warms the reference up, and
     # what the step added to the resident set sizes the memory its timing touches beforehand.
     kept = references.get(key, device) if references is not None and reference_ms is not None else None
-    try:
-        result = _probe(
-            workload,
-            config,
-            device,
-            store,
-            references,
-            kept,
-            key=key,
-            reference_ms=reference_ms,
-            keep_model=keep_model,
-            timed=timed,
-        )
-    except (KnobUnavailable, TrialRejected) as exc:
-        result = ProbeResult(verdict=exc.verdict)
-    except NonFiniteLoss as exc:  # under these knobs the model overflows on a batch fp32 handles
-        detail = f"non-finite loss {exc.loss} under {config.knobs.precision}"
-        result = ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, detail, [("precision", config.knobs.precision)]))
-    except (torch.OutOfMemoryError, MemoryError):
-        raise  # out of memory is about this trial's size, not about the knobs: the trial records it
-    except Exception as exc:  # noqa: BLE001 - any failure of the knobs is the verdict itself
-        result = ProbeResult(verdict=classify_failure(exc, config.knobs))
-    result.reference_reused = kept is not None
-    result.probe_s = time.perf_counter() - start
-    return result
-
-
-def _compared_samples(config: TrialConfig) -> int:
-    """A compiled model, specialised to its input shapes, is compared on the batch it will train on."""
-    batch_size = config.training.batch_size
-    return batch_size if config.knobs.compile else min(PROBE_SAMPLES, batch_size)
-
-
-def _probe(
-    workload: Workload,
-    config: TrialConfig,
-    device: torch.device,
-    store: VerdictStore,
-    references: ReferenceFiles | None,
-    kept: ComparedReference | None,
-    *,
-    key: str,
-    reference_ms: float | None,
-    keep_model: bool,
-    timed: bool,
-) -> ProbeResult:
-    """`kept`: the reference's compared step read from `references` under `key`; None runs it
-    here (and keeps it there). `reference_ms`: the reference's step time, None times it here."""
-    seed = config.seed
-    batch = next(workload.train_batches(config.training.batch_size, seed))
-    compared = batch if config.knobs.compile else next(workload.train_batches(_compared_samples(config), seed))
+    reused = kept is not None
+    batch = next(workload.train_batches(config.training.batch_size, config.seed))
+    compared = batch if config.knobs.compile else next(workload.train_batches(_compared_samples(config), config.seed))
     reference, compared_growth = None, 0
     if kept is None:
         reference, kept, compared_growth = _reference_step(workload, config, device, compared, store)
         if references is not None:
             references.put(key, kept)
-    trial = AssembledModel(workload, config.knobs, config.training, device)
-    trial.model.load_state_dict(kept.initial)
-    # The capture covers forward and backward (profiling the optimizer too doubled its cost); the
-    # optimizer path is observed in training, and recorded as null for a trial rejected here.
-    with capture_step(trial) as evidence:
-        loss, grads = _loss_and_grads(trial, trial.move(compared))
-    result = _compare(config.knobs, loss, grads, kept.loss, kept.grads)
-    # The compared step's update, after the comparison (gradient clipping would change the gradients
-    # in place): it runs the optimizer knob, and creates its state before any timing.
-    trial.optimizer_step()
-    trial.check_scaler(step=0)
-    result.observed = observed_knobs(evidence)
-    problems = mismatches(config.knobs, result.observed)
-    if result.ok and problems:
-        result.verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, config.knobs, prefix="ran other than asked: ")
-    if result.ok:
+    steps = _Steps(workload, config, device, kept, compared)
+    trial, failure = steps.attempt(config.knobs, evidence=True)
+    result = steps.result
+    if failure is not None:
+        result.verdict, result.blame = steps.blame(config.knobs, failure)
+    else:
         if reference_ms is None:
             timing = time_reference(reference, batch, compared_growth, workload.samples_in(compared))
             store.put(reference_key(config, device), timing.record())
             reference_ms = timing.step_ms
         result.reference_step_ms = reference_ms
         if timed:
-            _time_trial(result, trial, batch, config, reference_ms)
-    result.peak_mem_mb = trial.memory.peak_mb
-    if keep_model and result.ok:
+            _time_trial(result, trial, steps, batch, config, reference_ms)
+    result.peak_mem_mb = trial.memory.peak_mb if trial is not None else None
+    if keep_model and result.ok and trial is not None:
         initial = kept.initial
-        reference = kept = grads = None  # before training starts: the trial's peak memory is its own
+        reference = kept = steps = None  # before training starts: the trial's peak memory is its own
         trial.restart(initial)
         result.model = trial
+    result.reference_reused = reused
+    result.probe_s = time.perf_counter() - start
     return result
+
+
+class _Steps:
+    """The compared step under any knobs, from the reference's initial weights on the compared
+    samples, judged against the reference's loss and gradients."""
+
+    def __init__(self, workload: Workload, config: TrialConfig, device: torch.device, kept: ComparedReference, compared: Batch):
+        self.workload, self.config, self.device, self.kept, self.compared = workload, config, device, kept, compared
+        self.result = ProbeResult(verdict=Verdict(Kind.OK))
+
+    def attempt(self, knobs: Knobs, evidence: bool = False) -> tuple[AssembledModel | None, _Failure | None]:
+        """The knobs' model after the compared step and its update, or the failure. Records the
+        errors and (with `evidence`) what ran into `self.result`."""
+        trial = None
+        try:
+            trial = AssembledModel(self.workload, knobs, self.config.training, self.device)
+            trial.model.load_state_dict(self.kept.initial)
+            # The capture covers forward and backward (profiling the optimizer too doubled its
+            # cost); the optimizer path is observed in training.
+            with capture_step(trial) if evidence else contextlib.nullcontext() as seen:
+                loss, grads = _loss_and_grads(trial, trial.move(self.compared))
+            failure = self._compare(knobs, loss, grads)
+            if failure is not None:
+                return trial, failure
+            # The compared step's update, after the comparison (gradient clipping would change the
+            # gradients in place): it runs the optimizer knob, and creates its state before timing.
+            trial.optimizer_step()
+            trial.check_scaler(step=0)
+        except (KnobUnavailable, TrialRejected) as exc:
+            return trial, _Failure(str(exc.verdict), exc.verdict, "contract")
+        except NonFiniteLoss as exc:
+            return trial, _Failure(f"non-finite loss {exc.loss}")
+        except (torch.OutOfMemoryError, MemoryError):
+            raise  # out of memory is about this trial's size, not about the knobs: the trial records it
+        except Exception as exc:
+            if is_sticky_device_error(exc):
+                raise  # the device is unusable until this process ends: an error, never the knobs'
+            known = classify_failure(exc, knobs)
+            return trial, _Failure(f"{type(exc).__name__}: {_first_line(exc)}", known, "contract" if known else None, exc)
+        if evidence:
+            self.result.observed = observed_knobs(seen)
+            problems = mismatches(knobs, self.result.observed)
+            if problems:
+                verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, knobs, prefix="ran other than asked: ")
+                return trial, _Failure(str(verdict), verdict, "evidence")
+        return trial, None
+
+    def _compare(self, knobs: Knobs, loss: float, grads: list[torch.Tensor]) -> _Failure | None:
+        precision = knobs.precision
+        if not math.isfinite(loss):
+            return _Failure(f"non-finite loss {loss} under {precision}")
+        if not _all_finite(grads):
+            return _Failure(f"non-finite gradients under {precision} (overflow)")
+        loss_err = abs(loss - self.kept.loss) / max(abs(self.kept.loss), 1e-12)
+        # Norms per tensor with foreach kernels, then of those: one pass, no Python loop over tensors.
+        diff = _global_norm(torch._foreach_sub(grads, self.kept.grads))
+        grad_err = (diff / _global_norm(self.kept.grads).clamp_min(1e-12)).item()
+        if knobs == self.config.knobs:
+            self.result.loss_rel_err, self.result.grad_rel_err = loss_err, grad_err
+        tol = TOLERANCES[precision]
+        if loss_err > tol.loss:
+            return _Failure(f"loss differs from fp32/eager by {loss_err:.3g} (tolerance {tol.loss} for {precision})")
+        if grad_err > tol.grad:
+            return _Failure(f"gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})")
+        return None
+
+    def verdict_of(self, knobs: Knobs) -> Verdict | None:
+        """None if the compared step passes under `knobs`, else the verdict its failure earns."""
+        _, failure = self.attempt(knobs)
+        if failure is None:
+            return None
+        if failure.verdict is not None:
+            return failure.verdict
+        return Verdict.make(Kind.INCOMPATIBLE, f"{failure.detail} ({_where(knobs)})", differing_from_reference(knobs))
+
+    def blame(self, knobs: Knobs, failure: _Failure) -> tuple[Verdict, str]:
+        """The verdict `failure` proves, and how: its own contract or evidence, else a
+        differential run; a failure that proves nothing is raised (see `run_probe`)."""
+        if failure.verdict is not None:
+            return failure.verdict, failure.blame or "contract"
+        if knobs == REFERENCE_KNOBS:  # nothing differs from the reference, which passed: not the knobs
+            _raise(failure)
+        verdict = isolate(knobs, self.verdict_of)
+        if verdict is None:
+            _raise(failure)
+        return verdict, "differential"
+
+
+def _raise(failure: _Failure) -> None:
+    if failure.error is not None:
+        raise failure.error
+    raise NotReproduced(f"the probe's step failed once ({failure.detail}) and passed when repeated: not the knobs' fault")
+
+
+def _where(knobs: Knobs) -> str:
+    values = ", ".join(f"{k}={v}" for k, v in differing_from_reference(knobs))
+    return f"fails with {values}; passes with fp32/eager/for-loop"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def _compared_samples(config: TrialConfig) -> int:
+    """A compiled model, specialised to its input shapes, is compared on the batch it will train on."""
+    batch_size = config.training.batch_size
+    return batch_size if config.knobs.compile else min(PROBE_SAMPLES, batch_size)
 
 
 def _reference_step(
@@ -226,29 +325,6 @@ def _loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, lis
     return loss.float().item(), grads
 
 
-def _compare(knobs: Knobs, loss: float, grads, ref_loss: float, ref_grads) -> ProbeResult:
-    precision = knobs.precision
-    overflow = [("precision", precision)]  # non-finite values: the model overflows this dtype
-    if not torch.isfinite(torch.tensor(loss)):
-        return ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, f"non-finite loss {loss} under {precision}", overflow))
-    if not _all_finite(grads):
-        detail = f"non-finite gradients under {precision} (overflow)"
-        return ProbeResult(verdict=Verdict.make(Kind.INCOMPATIBLE, detail, overflow))
-    loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-12)
-    # Norms per tensor with foreach kernels, then of those: one pass, no Python loop over tensors.
-    diff = _global_norm(torch._foreach_sub(grads, ref_grads))
-    grad_err = (diff / _global_norm(ref_grads).clamp_min(1e-12)).item()
-    tol = TOLERANCES[precision]
-    result = ProbeResult(verdict=Verdict(Kind.OK), loss_rel_err=loss_err, grad_rel_err=grad_err)
-    if loss_err > tol.loss:
-        detail = f"loss differs from fp32/eager by {loss_err:.3g} (tolerance {tol.loss} for {precision})"
-        result.verdict = Verdict.make(Kind.INCOMPATIBLE, detail, differing_from_reference(knobs))
-    elif grad_err > tol.grad:
-        detail = f"gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})"
-        result.verdict = Verdict.make(Kind.INCOMPATIBLE, detail, differing_from_reference(knobs))
-    return result
-
-
 def _global_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))
 
@@ -262,30 +338,15 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def _time_trial(result: ProbeResult, trial: AssembledModel, batch: Batch, config: TrialConfig, reference_ms: float) -> None:
+def _time_trial(
+    result: ProbeResult, trial: AssembledModel, steps: _Steps, batch: Batch, config: TrialConfig, reference_ms: float
+) -> None:
     if config.knobs == REFERENCE_KNOBS:
         result.slowdown = 1.0  # the reference itself: timing it against itself would only measure noise
         result.trial_step_ms = reference_ms
         return
-    limit = SlowLimit(reference_ms, config.slow_ratio)
-    result.trial_step_ms = _fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=reference_ms * config.slow_ratio)
+    limit = SlowLimit(reference_ms, config.slow_ratio, config.training.batch_size)
+    result.trial_step_ms = fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=reference_ms * config.slow_ratio)
     result.slowdown = limit.slowdown(result.trial_step_ms)
-    slow = limit.verdict(config.knobs, result.trial_step_ms) if config.skip_slow else None
-    if slow is not None:
-        result.verdict = slow
-
-
-def _fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float) -> float:
-    """Fastest of a few warm steps (noise only ever adds time); stops early once a step exceeds
-    `budget_ms`, since one warm step that slow is proof enough."""
-    moved = assembled.move(batch)
-    times = []
-    for step in range(1, steps + 1):
-        synchronize(assembled.device)
-        start = time.perf_counter()
-        run_step(assembled, moved, step)
-        synchronize(assembled.device)
-        times.append(1000 * (time.perf_counter() - start))
-        if times[-1] > budget_ms:
-            break
-    return min(times)
+    if config.skip_slow and limit.verdict(config.knobs, result.trial_step_ms) is not None:
+        result.slow = prove_slow(steps.workload, config, steps.device, limit)

@@ -1,5 +1,8 @@
 """The slow check: a trial whose step takes over `slow_ratio` times the fp32/eager/for-loop
-reference's step is rejected as `slow`, blaming the knobs that differ from the reference.
+reference's step is rejected as `slow`, at its batch size: a combination that is overhead-bound
+at batch 8 may pay off at batch 128, so the verdict implicates the batch size with the knob values
+(the sampler wrapper ignores it where the study fixes the batch size). Which of several differing
+values is slow is proven by timing them one at a time (`hpo.verify.speed.prove_slow`).
 
 The reference's step time is measured once per model, batch size and device and kept in the
 verdict store (`reference_key`). A trial's own step time comes from its first steady training
@@ -22,6 +25,7 @@ __all__ = ["SlowLimit"]
 class SlowLimit:
     reference_ms: float
     ratio: float
+    batch_size: int
 
     def slowdown(self, step_ms: float) -> float:
         return step_ms / self.reference_ms
@@ -32,7 +36,7 @@ class SlowLimit:
         if slowdown <= self.ratio:
             return None
         detail = (
-            f"{slowdown:.1f}x the fp32/eager step time on this device "
+            f"{slowdown:.1f}x the fp32/eager step time at batch {self.batch_size} on this device "
             f"({step_ms:.0f} ms vs {self.reference_ms:.0f} ms; limit {self.ratio}x)"
         )
-        return Verdict.make(Kind.SLOW, detail, differing_from_reference(knobs))
+        return Verdict.make(Kind.SLOW, detail, [*differing_from_reference(knobs), ("batch_size", self.batch_size)])

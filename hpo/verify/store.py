@@ -8,15 +8,23 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from hpo.storage.optuna_compat import add_study_user_attr
+
 __all__ = ["VERDICT_PREFIX", "MemoryVerdicts", "StudyVerdicts", "VerdictStore"]
 
 VERDICT_PREFIX = "verdict:"
 
 
 class VerdictStore(Protocol):
+    """`put` records a measurement anyone may refresh (the reference's step time); `add` records a
+    fact only if none is recorded under its key yet, so a later write never erases another
+    worker's verdict. Each fact has a key of its own (`hpo.verify.cache`)."""
+
     def get(self, key: str) -> dict | None: ...
 
     def put(self, key: str, record: dict) -> None: ...
+
+    def add(self, key: str, record: dict) -> bool: ...
 
 
 class StudyVerdicts:
@@ -30,6 +38,9 @@ class StudyVerdicts:
 
     def put(self, key: str, record: dict) -> None:
         self.study.set_user_attr(VERDICT_PREFIX + key, record)
+
+    def add(self, key: str, record: dict) -> bool:
+        return add_study_user_attr(self.study, VERDICT_PREFIX + key, record)
 
     def all(self) -> dict[str, dict]:
         """The cached knob verdicts (not the reference timings kept beside them)."""
@@ -51,3 +62,6 @@ class MemoryVerdicts:
 
     def put(self, key: str, record: dict) -> None:
         self.records[key] = record
+
+    def add(self, key: str, record: dict) -> bool:
+        return self.records.setdefault(key, record) is record

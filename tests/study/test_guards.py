@@ -12,7 +12,7 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.engine.assembly import AssembledModel
-from hpo.errors import TrialRejected
+from hpo.errors import TrialError, TrialRejected
 from hpo.trial.executor import execute
 from hpo.trial.trainer import train
 from hpo.verify.cache import MemoryVerdicts, verdict_key
@@ -133,8 +133,9 @@ def test_compiled_frames_past_the_recompile_limit_fail_instead_of_running_eagerl
     verdicts = MemoryVerdicts()
     key, _ = verdict_key(config, CPU)
     verdicts.put(key, {"verdict": "ok"})
-    outcome = execute(config, verdicts)  # evaluation (no_grad) then training again forces a recompile
-    assert str(outcome.verdict).startswith("error: compile=default:"), str(outcome.verdict)
-    assert "recompile" in str(outcome.verdict).lower()
+    with pytest.raises(TrialError) as raised:  # evaluation (no_grad) then training again forces a recompile
+        execute(config, verdicts)
+    assert str(raised.value.verdict).startswith("error: "), str(raised.value.verdict)
+    assert "recompile" in raised.value.attrs["error_traceback"].lower()
     monkeypatch.setattr(assembly, "RECOMPILE_LIMIT", 64)
     assert execute(config, verdicts).ok

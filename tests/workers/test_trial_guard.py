@@ -28,7 +28,9 @@ def test_an_escaping_exception_is_recorded_as_an_error_verdict_without_the_passw
 
     trial = _run(objective)
     assert trial.state == TrialState.FAIL
+    traceback = trial.user_attrs.pop("error_traceback")
     assert trial.user_attrs == {"verdict": "error: ConnectionError: lost postgresql+psycopg://u:***@db/x", "worker": "host:1"}
+    assert "Traceback (most recent call last)" in traceback and "in objective" in traceback and "s3cret" not in traceback
 
 
 def test_a_trial_that_never_returns_keeps_the_crashed_placeholder():

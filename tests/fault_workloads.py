@@ -1,0 +1,60 @@
+"""The toy workload with one fault injected on purpose, for the fault matrix
+(`tests/faults/test_fault_matrix.py`): `fault_workloads:Faulty` with `fault` set to
+
+- `loss_in_probe`: the loss raises in the probe's compared step (eval mode), a workload bug;
+- `loss_in_training`: the loss raises in training (train mode), a workload bug;
+- `data`: the training batches raise at batch `at_batch` (0: in the probe's own fetch);
+- `under_bf16`: the loss raises only under bf16 autocast, with a message no upstream contract names,
+  so only a differential run can blame bf16;
+- `transient`: the loss raises at call `at_call` (the reference's step is call 0) while the file
+  `once` does not exist, and creates it: a transient error that passes on retry.
+
+NaN is the toy's own `nan_at_step`; a hang is `crashy_workloads`' `misbehave: hang`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from hpo.workloads.base import Batch
+from toy_workloads import Toy, ToyOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultyOptions(ToyOptions):
+    fault: str = "none"
+    at_batch: int = 0
+    at_call: int = 0
+    once: str = ""
+
+
+class Faulty(Toy):
+    Options = FaultyOptions
+
+    def __init__(self, options: FaultyOptions):
+        super().__init__(options)
+        self.calls = 0
+
+    def training_loss(self, model, batch):
+        fault, call = self.options.fault, self.calls
+        self.calls += 1
+        if fault == "loss_in_probe" and not model.training:
+            raise KeyError("label column 'topic' is missing from the batch")
+        if fault == "loss_in_training" and model.training:
+            raise ValueError("the user's loss divides by an empty mask")
+        if fault == "under_bf16" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            raise RuntimeError("my_fused_block: refused its input")
+        if fault == "transient" and call == self.options.at_call and not os.path.exists(self.options.once):
+            open(self.options.once, "w").close()
+            raise ConnectionResetError("connection to the feature store reset by peer")
+        return super().training_loss(model, batch)
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+        for index, batch in enumerate(super().train_batches(batch_size, seed)):
+            if self.options.fault == "data" and index == self.options.at_batch:
+                raise OSError(f"corrupt record at batch {index}")
+            yield batch
