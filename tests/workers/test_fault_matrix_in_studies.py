@@ -1,5 +1,5 @@
 """The fault matrix through real studies: `hpo run` in-process and in trial processes, on SQLite and
-PostgreSQL. An error (a workload bug, a transient failure) ends its trial FAIL with the traceback
+PostgreSQL (and MySQL). An error (a workload bug, a transient failure) ends its trial FAIL with the traceback
 on the worker's stderr and in `error_traceback`, caches nothing, leaves nothing for the sampler to
 avoid, and is retried under study.max_retries with its ticket refunded, so the budget is spent
 exactly. Executor-level cases: tests/faults/test_fault_matrix.py."""
@@ -26,8 +26,6 @@ def _study(url: str) -> optuna.Study:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["in-process", "trial-process"])
 def test_a_transient_training_error_fails_its_trial_then_passes_on_retry(mode, storage_url, tmp_path):
-    if storage_url.startswith("mysql") and mode == "trial-process":
-        pytest.skip("MySQL is covered in-process; the trial-process case runs on SQLite and PostgreSQL")
     space = space_file(tmp_path, n_trials=2, workload=FAULTY, fault="transient", at_call=3, once=str(tmp_path / "once"))
     run = hpo("run", space, "--storage", storage_url, *(["--in-process"] if mode == "in-process" else []))
     assert run.returncode == 0, run.stderr[-3000:]
