@@ -7,7 +7,10 @@
 - `under_bf16`: the loss raises only under bf16 autocast, with a message no upstream contract names,
   so only a differential run can blame bf16;
 - `transient`: the loss raises at call `at_call` (the reference's step is call 0) while the file
-  `once` does not exist, and creates it: a transient error that passes on retry.
+  `once` does not exist, and creates it: a transient error that passes on retry;
+- `sticky`: building the model with attention `sticky_attention` raises CUDA's illegal-address
+  error and poisons the process: every later model built in it raises the same, as a real CUDA
+  context does after such an error, until the process ends.
 
 NaN is the toy's own `nan_at_step`; a hang is `crashy_workloads`' `misbehave: hang`.
 """
@@ -30,6 +33,11 @@ class FaultyOptions(ToyOptions):
     at_batch: int = 0
     at_call: int = 0
     once: str = ""
+    sticky_attention: str = "sdpa"
+
+
+STICKY = "CUDA error: an illegal memory access was encountered"
+_poisoned = False  # this process's device, after a sticky error
 
 
 class Faulty(Toy):
@@ -38,6 +46,13 @@ class Faulty(Toy):
     def __init__(self, options: FaultyOptions):
         super().__init__(options)
         self.calls = 0
+
+    def build_model(self, attention: str):
+        global _poisoned
+        if self.options.fault == "sticky" and (_poisoned or attention == self.options.sticky_attention):
+            _poisoned = True
+            raise RuntimeError(STICKY)
+        return super().build_model(attention)
 
     def training_loss(self, model, batch):
         fault, call = self.options.fault, self.calls

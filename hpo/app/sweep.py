@@ -10,7 +10,9 @@ sampler never proposes a combination, or a part of one, known to fail.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import multiprocessing
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -22,9 +24,11 @@ from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import error_verdict, short_traceback
 from hpo.hardware.runtime import resolve_device, trial_runtime
+from hpo.storage.open import open_storage
+from hpo.storage.optuna_compat import rdb_backend, storage_of
 from hpo.trial.executor import cached_verdict
 from hpo.verdicts import Verdict
-from hpo.verify.cache import VerdictStore, reference_key, speed_key, verdict_key
+from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key, speed_key, verdict_key
 from hpo.verify.compared import ReferenceFiles
 from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.probe import run_probe
@@ -54,25 +58,102 @@ def combinations(space: SearchSpace) -> list[Knobs]:
 
 
 def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow]:
-    """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last)."""
+    """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last).
+
+    After a sticky device error (a CUDA error leaves the device unusable until the process ends)
+    the combination that raised it gets an error row, and the rest are probed in a fresh process,
+    which reads the same verdict store: nothing later is judged on a poisoned device."""
     values = representative_values(space)
     configs = [build_config(space, values, knobs) for knobs in combinations(space)]
     device = resolve_device(configs[0].device)
-    workload = create_workload(configs[0].workload, configs[0].workload_options)
-    workload.bind_training(configs[0].training.params())
-    rows = []
-    with trial_runtime(device), tempfile.TemporaryDirectory(prefix="hpo-reference-") as folder:
-        references = ReferenceFiles(folder)  # the reference's compared step runs once, not once a combination
-        for config in configs:
-            rows.append(_probe_one(workload, config, device, store, references))
-            if on_row is not None:
-                on_row(rows[-1])
+    rows: list[SweepRow] = []
+    report = (lambda row: (rows.append(row), on_row(row))) if on_row is not None else rows.append
+    remaining = _probe_all(space, configs, store, report)
+    while remaining:
+        remaining = _probe_in_fresh_process(space, configs, store, remaining, report)
     # The reference's own step time is known once any other combination was timed against it.
     reference_ms = (store.get(reference_key(configs[0], device)) or {}).get("step_ms")
-    for row, config in zip(rows, configs, strict=True):
+    by_knobs = {str(config.knobs.as_dict()): config for config in configs}
+    for row in rows:
+        config = by_knobs[str(row.knobs)]
         if row.samples_per_s is None and row.slowdown is not None and reference_ms and Verdict.parse(row.verdict).ok:
             row.samples_per_s = 1000 * config.training.batch_size / (reference_ms * row.slowdown)
     return sorted(rows, key=lambda r: (r.samples_per_s is None, -(r.samples_per_s or 0.0)))
+
+
+def _probe_all(space: SearchSpace, configs: list[TrialConfig], store: VerdictStore, report, indices=None) -> list[int]:
+    """Probe `configs` (those at `indices`, default all) in this process, reporting each row.
+    Returns the indices left unprobed after a sticky device error (empty when all were probed)."""
+    indices = list(range(len(configs))) if indices is None else indices
+    device = resolve_device(configs[0].device)
+    workload = create_workload(configs[0].workload, configs[0].workload_options)
+    workload.bind_training(configs[0].training.params())
+    with trial_runtime(device), tempfile.TemporaryDirectory(prefix="hpo-reference-") as folder:
+        references = ReferenceFiles(folder)  # the reference's compared step runs once, not once a combination
+        for position, index in enumerate(indices):
+            config = configs[index]
+            try:
+                report(_probe_one(workload, config, device, store, references))
+            except Exception as exc:  # noqa: BLE001 - _probe_one re-raises only a sticky device error
+                print(
+                    f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process", file=sys.stderr
+                )
+                report(_error_row(config, exc))
+                return indices[position + 1 :]
+    return []
+
+
+def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[int], report) -> list[int]:
+    """`_probe_all` in a new interpreter (spawned: nothing of this process's device state is
+    inherited). Its rows come back through a pipe; returns what it left unprobed in turn."""
+    context = multiprocessing.get_context("spawn")
+    here, there = context.Pipe(duplex=False)
+    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there))
+    child.start()
+    there.close()
+    left = []
+    while True:
+        try:
+            kind, payload = here.recv()
+        except EOFError:
+            break
+        if kind == "row":
+            report(SweepRow(**payload))
+        else:
+            left = payload
+    child.join()
+    if child.exitcode != 0 and not left:
+        raise RuntimeError(f"hpo probe's fresh process ended with exit code {child.exitcode}; see the errors above")
+    return left
+
+
+def _probe_child(space, configs, address, indices, conn) -> None:
+    store = MemoryVerdicts() if address is None else _open_store(*address)
+    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices)
+    conn.send(("left", left))
+    conn.close()
+
+
+def _store_address(store: VerdictStore) -> tuple[str, str] | None:
+    """How a fresh process opens the same store: (storage URL, study name); None for an in-memory
+    store, whose facts stay in this process (the fresh one measures what it needs again)."""
+    if not isinstance(store, StudyVerdicts):
+        return None
+    return rdb_backend(storage_of(store.study)).url, store.study.study_name
+
+
+def _open_store(url: str, study_name: str) -> StudyVerdicts:
+    import optuna
+
+    return StudyVerdicts(optuna.load_study(study_name=study_name, storage=open_storage(url, check_schema=False)))
+
+
+def _error_row(config: TrialConfig, exc: BaseException) -> SweepRow:
+    return SweepRow(config.knobs.as_dict(), str(error_verdict(exc)), None, None, None, None, None, cached=False)
+
+
+def _knobs(config: TrialConfig) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.knobs.as_dict().items())
 
 
 def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceFiles) -> SweepRow:

@@ -64,3 +64,26 @@ def test_probe_ranks_every_combination_and_seeds_the_study(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     trials = optuna.load_study(study_name="sweep", storage=url).trials
     assert all(t.params["precision"] == "fp32" for t in trials), [t.params for t in trials]  # fp16 never proposed
+
+
+def test_after_a_sticky_device_error_the_sweep_moves_on_in_a_fresh_process(tmp_path):
+    """`sdpa` raises CUDA's illegal-address error and poisons its process: every later model built
+    there fails the same way. The combination after it must be probed in a fresh process and pass,
+    and the error must be no verdict."""
+    space = {
+        **SPACE,
+        "workload": {"name": "fault_workloads:Faulty", "max_steps": 2, "eval_every": 2, "fault": "sticky"},
+        "systems": {"precision": "fp32", "attention": ["eager", "sdpa", "sdpa_math"], "optimizer": "forloop"},
+    }
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    probe = _hpo("probe", "space.yaml", "--study", "sticky", "--json", cwd=tmp_path)
+    rows = {r["knobs"]["attention"]: r["verdict"] for r in json.loads(probe.stdout)}
+    assert rows == {
+        "eager": "ok",
+        "sdpa": "error: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "sdpa_math": "ok",  # probed after the error, in a process the error never touched
+    }, probe.stderr[-3000:]
+    assert "the rest are probed in a fresh process" in probe.stderr
+    study = optuna.load_study(study_name="sticky", storage=f"sqlite:///{tmp_path / 'studies' / 'sticky.db'}")
+    records = StudyVerdicts(study).all().values()
+    assert {r["knobs"]["attention"] for r in records if "knobs" in r} == {"eager", "sdpa_math"}  # the error is not cached
