@@ -44,7 +44,7 @@ class ToyModule(pl.LightningModule):
 
 class ToyLightning(LightningWorkload):
     Options = ToyLightningOptions
-    metrics = ("val_accuracy", "val_loss")
+    metrics = {"val_accuracy": "maximize", "val_loss": "minimize"}
 
     def _data(self, n: int, seed: int) -> TensorDataset:
         g = torch.Generator().manual_seed(seed)

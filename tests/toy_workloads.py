@@ -73,7 +73,7 @@ class ToyModel(nn.Module):
 
 class Toy(Workload):
     Options = ToyOptions
-    metrics = ("val_accuracy", "val_loss")
+    metrics = {"val_accuracy": "maximize", "val_loss": "minimize"}
 
     def build_model(self, attention: str) -> nn.Module:
         return ToyModel(self.options, attention_function(attention))

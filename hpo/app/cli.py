@@ -16,6 +16,16 @@ def _storage(args, study_name: str) -> str:
     return args.storage or default_storage(study_name)
 
 
+def _output_file(path: str) -> Path:
+    """`-o FILE`: refused before anything is read or written when its folder is missing."""
+    out = Path(path)
+    if out.is_dir():
+        raise UserInputError(f"-o {path}: is a folder; give a file name, e.g. -o {out / 'out'}")
+    if not out.parent.is_dir():
+        raise UserInputError(f"-o {path}: folder {out.parent} does not exist; create it first (mkdir -p {out.parent})")
+    return out
+
+
 def cmd_validate(args) -> int:
     from hpo.config.space import load_space
 
@@ -101,13 +111,14 @@ def cmd_export(args) -> int:
     from hpo.app.pick import fastest_within
     from hpo.app.reuse import export_config, export_top, find_trial, open_study
 
+    output = None if args.top is not None else _output_file(args.output)
     study = open_study(args.study, _storage(args, args.study))
     if args.top is not None:
         for trial, path in export_top(study, args.top, Path(args.output)):
             print(f"trial {trial.number} config written to {path}")
         return 0
     trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
-    export_config(trial, Path(args.output))
+    export_config(trial, output)
     print(f"trial {trial.number} config written to {args.output}")
     return 0
 
@@ -117,6 +128,7 @@ def cmd_probe(args) -> int:
 
     from hpo.app.sweep import combinations, sweep, table
     from hpo.config.space import load_space
+    from hpo.verdicts import Verdict
     from hpo.verify.cache import MemoryVerdicts, StudyVerdicts
 
     space = load_space(args.space)
@@ -129,6 +141,9 @@ def cmd_probe(args) -> int:
     with tqdm(total=len(combinations(space)), desc="probing knob combinations", unit="combo", file=sys.stderr) as bar:
         rows = sweep(space, store, on_row=lambda row: bar.update(1))
     print(json.dumps([r.as_json() for r in rows]) if args.json else table(rows))
+    if not any(Verdict.parse(r.verdict).ok for r in rows):  # exit codes: README; 1 as when no trial trained
+        print(f"no knob combination of {args.space} can run here: see the verdicts above", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -176,10 +191,9 @@ def cmd_train(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from hpo.app.doctor import capability_report, format_report, verdict_rows
-    from hpo.hardware.runtime import resolve_device
+    from hpo.app.doctor import capability_report, device_from_flag, format_report, verdict_rows
 
-    report = capability_report(resolve_device(args.device))
+    report = capability_report(device_from_flag(args.device))
     if args.study:
         from hpo.app.reuse import open_study
 
@@ -199,7 +213,8 @@ def cmd_report(args) -> int:
     from hpo.app.report import write_report
     from hpo.app.reuse import open_study
 
-    write_report(open_study(args.study, _storage(args, args.study)), Path(args.output))
+    output = _output_file(args.output)
+    write_report(open_study(args.study, _storage(args, args.study)), output)
     print(f"report written to {args.output}")
     return 0
 

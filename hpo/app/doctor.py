@@ -3,15 +3,18 @@ against what its spec needs with the probes in `hpo.hardware.probes`."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 
 import torch
 
 from hpo import __version__, deps
-from hpo.errors import KnobUnavailable
+from hpo.config.schema import DEVICE_PATTERN
+from hpo.errors import KnobUnavailable, UserInputError
 from hpo.hardware import probes
 from hpo.hardware.peaks import peak_for
+from hpo.hardware.runtime import resolve_device
 from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, Needs
 from hpo.study.samplers import PRUNERS, sampler_requirements
 
@@ -35,6 +38,13 @@ def capability_report(device: torch.device) -> dict:
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
         "peak_tflops": _peaks(device),
     }
+
+
+def device_from_flag(name: str) -> torch.device:
+    """`--device NAME` as a torch device, or a UserInputError naming the names it takes."""
+    if not re.match(DEVICE_PATTERN, name):
+        raise UserInputError(f"--device {name}: not a device name; use auto, cpu, mps, cuda or cuda:N")
+    return resolve_device(name)
 
 
 def _row(cap: probes.Capability) -> dict:

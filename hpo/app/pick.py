@@ -14,11 +14,10 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from hpo.errors import UserInputError
+from hpo.study.observed import KNOB_NAMES, observed_knob
 from hpo.study.ranking import trained_trials
 
 __all__ = ["fastest_within", "front_table", "trained_trials"]
-
-KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
 
 
 def fastest_within(study: optuna.Study, percent: float) -> FrozenTrial:
@@ -38,7 +37,7 @@ def fastest_within(study: optuna.Study, percent: float) -> FrozenTrial:
 
 def front_table(trials: list[FrozenTrial], metric_names: list[str]) -> str:
     """A plain-text table: trial, the objectives, samples/s, peak memory, MFU, the knobs."""
-    header = ["trial", *metric_names, "samples/s", "peak MB", "MFU", *KNOBS]
+    header = ["trial", *metric_names, "samples/s", "peak MB", "MFU", *KNOB_NAMES]
     rows = [header] + [_row(t) for t in trials]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
@@ -46,14 +45,13 @@ def front_table(trials: list[FrozenTrial], metric_names: list[str]) -> str:
 
 def _row(trial: FrozenTrial) -> list[str]:
     attrs = trial.user_attrs
-    knobs = attrs.get("knobs_requested") or {}
     return [
         str(trial.number),
         *(f"{v:.5g}" for v in trial.values or ()),
         _number(attrs.get("train_samples_per_s"), "{:.1f}"),
         _number(attrs.get("peak_mem_mb"), "{:.0f}"),
         _number(attrs.get("mfu"), "{:.2%}"),
-        *(str(knobs.get(k, "")) for k in KNOBS),
+        *(observed_knob(attrs, k) for k in KNOB_NAMES),  # as the evidence showed them ran
     ]
 
 

@@ -18,12 +18,12 @@ import yaml
 from hpo.errors import UserInputError
 from hpo.storage.urls import mask_password
 from hpo.study.knob_effects import cells, header, knob_effects
+from hpo.study.observed import KNOB_NAMES, observed_knob
 from hpo.study.ranking import trained_trials
 from hpo.verdicts import Verdict
 
 __all__ = ["write_report"]
 
-KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
 STYLE = "body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
 
 
@@ -128,8 +128,8 @@ def _trial_rows(study: optuna.Study) -> str:
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
-        requested, observed = a.get("knobs_requested", {}), a.get("knobs_observed") or {}
-        knob_cells = "".join(_knob_cell(requested.get(k), observed.get(k, requested.get(k))) for k in KNOBS)
+        requested = a.get("knobs_requested") or {}
+        knob_cells = "".join(_knob_cell(requested.get(k), observed_knob(a, k)) for k in KNOB_NAMES)
         values = "" if t.values is None or not Verdict.parse(a.get("verdict")).ok else ", ".join(f"{v:.4g}" for v in t.values)
         speed = a.get("train_samples_per_s")
         cells = (t.number, t.state.name, a.get("verdict", ""), values)
@@ -137,13 +137,14 @@ def _trial_rows(study: optuna.Study) -> str:
             "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + knob_cells
             + f"<td>{'' if speed is None else f'{speed:.1f}'}</td></tr>"
         )  # fmt: skip
-    return _table(("trial", "state", "verdict", "values", *KNOBS, "samples/s"), rows)
+    return _table(("trial", "state", "verdict", "values", *KNOB_NAMES, "samples/s"), rows)
 
 
-def _knob_cell(requested, observed) -> str:
+def _knob_cell(requested, observed: str) -> str:
+    """The requested value, and where the evidence shows otherwise (or nothing), what it shows."""
     text = html.escape(str("" if requested is None else requested))
-    if observed != requested:
-        text += f" &rarr; {html.escape(str(observed))}"
+    if observed != str(requested):
+        text += f" &rarr; {html.escape(observed)}"
     return f"<td>{text}</td>"
 
 

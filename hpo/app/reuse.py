@@ -14,6 +14,7 @@ from hpo.config.objectives import metric_direction
 from hpo.errors import UserInputError
 from hpo.storage.open import load_study_or_none, open_storage
 from hpo.study.ranking import best_trials, top_trials
+from hpo.workloads.registry import metrics_of
 
 
 def open_study(name: str, storage_url: str) -> optuna.Study:
@@ -66,7 +67,7 @@ def _fixed_length(config: dict[str, Any], steps_run: int | None) -> dict[str, An
     pairs = [(o, d) for o, d in zip(study["objectives"], study["directions"], strict=True) if o != "time_to_target_s"]
     if not pairs:  # time to target was the only objective: report the target's metric instead
         metric = next(iter(target))
-        pairs = [(metric, metric_direction(metric, [], []))]
+        pairs = [(metric, metric_direction(metric, metrics_of(workload["name"])))]
     study["objectives"], study["directions"] = [o for o, _ in pairs], [d for _, d in pairs]
     return {**config, "study": study, "workload": workload}
 

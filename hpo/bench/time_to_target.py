@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from hpo.bench.knobs import KnobsBench, knobs_of, trial_config
 from hpo.config.objectives import metric_direction
 from hpo.config.trial import Target
+from hpo.errors import UserInputError
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts
+from hpo.workloads.registry import metrics_of
 
 __all__ = ["TargetRun", "run_time_to_target", "target_table"]
 
@@ -31,8 +33,12 @@ class TargetRun:
     max_steps: int = 600
     eval_every: int = 20
 
-    def target(self) -> Target:
-        return Target(self.metric, self.value, metric_direction(self.metric, [], []))
+    def target(self, workload: str) -> Target:
+        """The target, in the direction `workload` declares for the metric (never guessed)."""
+        direction = metric_direction(self.metric, metrics_of(workload))
+        if direction is None:
+            raise UserInputError(f"--target: workload {workload!r} declares no direction for {self.metric!r}")
+        return Target(self.metric, self.value, direction)
 
 
 def run_time_to_target(bench: KnobsBench, configs: list[str], run: TargetRun, log: Callable[[str], None]) -> list[dict]:
@@ -40,7 +46,7 @@ def run_time_to_target(bench: KnobsBench, configs: list[str], run: TargetRun, lo
     verdicts, rows = MemoryVerdicts(), []
     for name in configs:
         config = trial_config(bench, knobs_of(name), run.max_steps, eval_every=run.eval_every)
-        config = dataclasses.replace(config, training=dataclasses.replace(config.training, target=run.target()))
+        config = dataclasses.replace(config, training=dataclasses.replace(config.training, target=run.target(config.workload)))
         outcome = execute(config, verdicts)
         attrs = outcome.attrs
         row = {

@@ -1,10 +1,14 @@
-"""What a study may optimize beside the workload's own metrics: what the systems knobs buy.
+"""Which way is better for each metric a study may optimize or target: declared, never guessed.
 
-Each systems metric has one natural direction; `hpo validate` checks the study's objectives
-against the workload's metrics and these, so a typo is caught before any trial runs.
+The systems metrics are hpo's own, each with one natural direction. A workload's metrics are
+declared by the workload (`metrics = {"val_loss": "minimize", "val_accuracy": "maximize"}`); the
+older tuple form names them without a direction, which `hpo validate` refuses for an objective or
+a target, since hpo cannot tell whether reaching 0.9 means going up or down.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 __all__ = ["SYSTEM_METRICS", "metric_direction"]
 
@@ -17,11 +21,6 @@ SYSTEM_METRICS: dict[str, str] = {
 }
 
 
-def metric_direction(metric: str, objectives: list[str], directions: list[str]) -> str:
-    """The direction of a metric: the study's, when it is an objective; else the systems metric's;
-    else a workload metric is minimized unless its name says accuracy (val_accuracy)."""
-    if metric in objectives:
-        return directions[objectives.index(metric)]
-    if metric in SYSTEM_METRICS:
-        return SYSTEM_METRICS[metric]
-    return "maximize" if "accuracy" in metric else "minimize"
+def metric_direction(metric: str, declared: Mapping[str, str | None]) -> str | None:
+    """The direction of a systems metric or a declared workload metric; None when nobody says."""
+    return SYSTEM_METRICS.get(metric) or declared.get(metric)

@@ -12,6 +12,7 @@ from hpo.config.params import Choices, Fixed, IntRange, ParamSpec, describe
 from hpo.config.space import SearchSpace, load_space
 from hpo.config.trial import TRAINING_KEYS, Knobs, Target, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
+from hpo.workloads.registry import metrics_of
 
 __all__ = ["build_config", "fixed_config", "load_config", "representative_config", "representative_values", "searched_keys"]
 
@@ -45,8 +46,11 @@ def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs) -> Tr
 def _target(spec) -> Target | None:
     if spec.workload.target is None:
         return None
-    (metric, value), study = next(iter(spec.workload.target.items())), spec.study
-    return Target(metric, float(value), metric_direction(metric, list(study.objectives), list(study.directions)))
+    metric, value = next(iter(spec.workload.target.items()))
+    direction = metric_direction(metric, metrics_of(spec.workload.name))
+    if direction is None:  # parse_space refuses this; a config built by hand must not guess either
+        raise UserInputError(f"workload.target: workload {spec.workload.name!r} declares no direction for {metric!r}")
+    return Target(metric, float(value), direction)
 
 
 def searched_keys(space: SearchSpace) -> dict[str, Any]:

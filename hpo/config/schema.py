@@ -12,6 +12,8 @@ from hpo.knobs.values import KNOB_NAMES, PRECISION_ALIASES, Attention, CompileMo
 SamplerName = Literal["tpe", "random", "nsga2", "cmaes", "gp"]
 PrunerName = Literal["none", "median", "hyperband", "successive_halving"]
 Direction = Literal["minimize", "maximize"]
+# Where trials run: "auto" (the worker's GPU if there is one, else the CPU), or a torch device name.
+DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"
 
 
 class _Strict(BaseModel):
@@ -96,7 +98,7 @@ class SystemsSpec(_Strict):
     # Not searched: inductor in real studies; tests and quick looks use the cheap "eager"/"aot_eager".
     compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # Where trials run; not searched. "auto": the worker's GPU if there is one, else the CPU.
-    device: str = Field(default="auto", pattern=r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
 
     @field_validator("precision", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ import pydantic
 
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config import legacy
-from hpo.config.objectives import SYSTEM_METRICS
+from hpo.config.objectives import SYSTEM_METRICS, metric_direction
 from hpo.config.params import ParamSpec, check_training_param, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
@@ -110,10 +110,35 @@ def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec], where: Callab
     target = spec.workload.target or {}
     if known and any(m not in known for m in target):
         raise UserInputError(f"{where('workload.target')}: workload {name!r} reports {list(known)}, got {list(target)}")
+    _check_directions(spec, known, where)
     if "time_to_target_s" in spec.study.objectives and not target:
         raise UserInputError(
             f"{where('study.objectives')}: time_to_target_s needs workload.target, e.g. target: {{val_loss: 2.0}}"
         )
+
+
+def _check_directions(spec: SpaceFile, known: dict[str, str | None], where: Callable[[str], str]) -> None:
+    """Every objective and target has a declared direction, and an objective's agrees with it."""
+    study, name = spec.study, spec.workload.name
+    pairs = [(f"study.objectives.{i}", m) for i, m in enumerate(study.objectives)]
+    pairs += [("workload.target", m) for m in spec.workload.target or {}]
+    for path, metric in pairs:
+        if metric_direction(metric, known) is None:
+            raise UserInputError(
+                f"{where(path)}: an objective or target needs the metric's direction, and workload {name!r} "
+                f"does not declare one for {metric!r}; declare it on the workload: "
+                f"metrics = {{{metric!r}: 'minimize'}} (or 'maximize')"
+            )
+    for i, (metric, given) in enumerate(zip(study.objectives, study.directions, strict=True)):
+        declared = metric_direction(metric, known)
+        if given != declared:
+            # Refused, not warned: the target, the progress line's "best" and the pruner would
+            # read one way as better while the study optimized the other.
+            raise UserInputError(
+                f"{where(f'study.directions.{i}')}: {metric!r} is declared {declared} "
+                f"({'a systems metric' if metric in SYSTEM_METRICS else f'by workload {name!r}'}), got {given}; "
+                f"write {declared}"
+            )
 
 
 def _example(spec: ParamSpec) -> Any:

@@ -20,6 +20,7 @@ from hpo import deps
 from hpo.errors import UserInputError
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.study.knob_effects import knob_effects, markdown_table
+from hpo.study.observed import KNOB_NAMES, observed_knob
 from hpo.verdicts import Verdict
 
 __all__ = ["STUDY_NOTE_EVERY", "DashboardNotes", "study_note", "study_note_due", "trial_note"]
@@ -38,7 +39,6 @@ def study_note_due(finished: int) -> bool:
     return finished % step == 0
 
 
-KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
 ADVICE = {
     "incompatible": "this knob combination cannot run here; the sampler avoids the implicated values. "
     "`hpo doctor` lists what this machine supports.",
@@ -62,9 +62,9 @@ def trial_note(trial: FrozenTrial) -> str:
     verdict = str(attrs.get("verdict", trial.state.name.lower()))
     kind = Verdict.parse(verdict).kind.value
     lines = [f"## Trial {trial.number}: {kind}", "", f"**Verdict:** {verdict}", ""]
-    requested, observed = attrs.get("knobs_requested") or {}, attrs.get("knobs_observed") or {}
+    requested = attrs.get("knobs_requested") or {}
     lines += ["| knob | requested | observed |", "| --- | --- | --- |"]
-    lines += [f"| {k} | {requested.get(k, 'n/a')} | {observed.get(k, 'not observed')} |" for k in KNOBS]
+    lines += [f"| {k} | {requested.get(k, 'n/a')} | {observed_knob(attrs, k)} |" for k in KNOB_NAMES]
     lines += [
         "",
         f"- throughput: {_number(attrs.get('train_samples_per_s'), '{:.1f}')} samples/s",

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial
 
+from hpo.study.observed import KNOB_NAMES, observed_knobs
 from hpo.verdicts import Verdict
 
 __all__ = ["EvalEvent", "TrialEvent", "TrialPrinter", "eval_line", "make_display", "report", "set_sink"]
 
-KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
 MODE_ENV = "HPO_PROGRESS"  # "lines" forces plain lines (set for workers that share a terminal)
 
 
@@ -70,14 +70,13 @@ class TrialPrinter:
         attrs = trial.user_attrs
         verdict = attrs.get("verdict", trial.state.name.lower())
         values = list(trial.values) if trial.values is not None and Verdict.parse(verdict).ok else None
-        knobs = attrs.get("knobs_observed") or attrs.get("knobs_requested") or {}
         speed = attrs.get("train_samples_per_s")
-        report(TrialEvent(trial.number, trial.state.name.lower(), verdict, values, dict(knobs), speed))
+        report(TrialEvent(trial.number, trial.state.name.lower(), verdict, values, observed_knobs(attrs), speed))
 
 
 def _trial_text(event: TrialEvent, total: int) -> str:
     values = "" if event.values is None else " ".join(f"{v:.4g}" for v in event.values)
-    knobs = " ".join(f"{k}={event.knobs[k]}" for k in KNOBS if k in event.knobs)
+    knobs = " ".join(f"{k}={event.knobs[k]}" for k in KNOB_NAMES if k in event.knobs)
     speed = f" {event.samples_per_s:.1f} samples/s" if isinstance(event.samples_per_s, float) else ""
     return f"trial #{event.trial} (budget {total}) {event.state} [{event.verdict}] {values} {knobs}{speed}".replace("  ", " ")
 

@@ -1,6 +1,10 @@
 """Samplers and pruners by name: the schema's allowed names, each with its builder, what it needs
 installed, and what a user should be told about how it treats hpo's knobs.
 
+No sampler is given a `constraints_func`: Optuna 5.0 deprecates it, and TPE, NSGA-II and GP read a
+rejected trial's recorded constraint (`hpo.storage.optuna_compat.record_feasibility`) from its system
+attrs without one (tests/study/test_constraints_teach_samplers.py observes each of them use it).
+
 CMA-ES and GP have their per-trial "sampled independently" warning turned off: hpo's avoidance
 hands a clashing categorical to `sample_independent` on purpose (hpo.study.avoid). (TPE's switch
 for it is deprecated in Optuna 5, and with group=True TPE does not warn for it.)

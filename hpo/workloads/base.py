@@ -37,7 +37,9 @@ class Workload(ABC):
     """Base class for workloads. Subclasses set `Options` and `metrics`."""
 
     Options: ClassVar[type[WorkloadOptions]] = WorkloadOptions
-    metrics: ClassVar[tuple[str, ...]] = ()
+    # The metrics `evaluate` returns, each with its direction: {"val_loss": "minimize"}. The older
+    # tuple form ("val_loss",) names them, but a study may then neither optimize nor target them.
+    metrics: ClassVar[Mapping[str, str] | tuple[str, ...]] = ()
     # The loop that trains it: "hpo" (hpo's own) or "lightning" (hpo.workloads.lightning).
     trainer: ClassVar[str] = "hpo"
     # Whether `build_model` or `training_loss` read `self.hparams` (the learning rate...). A

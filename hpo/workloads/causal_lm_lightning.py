@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 from hpo.knobs.attention import AttentionFn
 from hpo.workloads.causal_lm import GPT, CausalLMOptions, load_corpus
 from hpo.workloads.lightning import LightningWorkload
+from hpo.workloads.options.causal_lm import METRICS
 
 __all__ = ["CausalLMLightning", "GPTModule"]
 
@@ -64,7 +65,7 @@ class _Windows(IterableDataset):
 
 class CausalLMLightning(LightningWorkload):
     Options = CausalLMOptions
-    metrics = ("val_loss", "val_perplexity")
+    metrics = METRICS
 
     def __init__(self, options: CausalLMOptions):
         super().__init__(options)

@@ -2,7 +2,7 @@
 
     class MyWorkload(LightningWorkload):
         Options = MyOptions                     # a WorkloadOptions dataclass: the workload's options
-        metrics = ("val_loss",)                 # names the module logs in validation_step
+        metrics = {"val_loss": "minimize"}      # what the module logs in validation_step, and which way is better
 
         def build_module(self, attention, hparams):   # attention: hpo's attention function
             return MyModule(self.options, attention, lr=hparams["lr"])

@@ -8,6 +8,7 @@ only to build it. A user's own workload is `package.module:Class`, imported beca
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "causal_lm": "hpo.workloads.causal_lm:CausalLM",
     "causal_lm_lightning": "hpo.workloads.causal_lm_lightning:CausalLMLightning",
 }
+DIRECTIONS = ("minimize", "maximize")
 # Each module defines `Options` (the dataclass the workload class uses) and `METRICS`.
 BUILTIN_OPTIONS: dict[str, str] = {name: f"hpo.workloads.options.{name}" for name in BUILTIN_WORKLOADS}
 
@@ -62,11 +64,22 @@ def parse_options(name: str, raw: dict[str, Any]) -> WorkloadOptions:
     return build_options(_options_class(name), raw, "workload")
 
 
-def metrics_of(name: str) -> tuple[str, ...]:
-    """The metrics the workload reports (empty when a user workload does not say)."""
+def metrics_of(name: str) -> dict[str, str | None]:
+    """The metrics the workload reports, each with the direction it declares: a `metrics` mapping
+    gives each one, the tuple form names them with None (unknown). Empty when it does not say."""
     if name in BUILTIN_OPTIONS:
-        return tuple(_import(BUILTIN_OPTIONS[name], name).METRICS)
-    return tuple(getattr(resolve_factory(name), "metrics", ()))
+        declared = _import(BUILTIN_OPTIONS[name], name).METRICS
+    else:
+        declared = getattr(resolve_factory(name), "metrics", ())
+    if not isinstance(declared, Mapping):
+        return {str(metric): None for metric in declared}
+    bad = {metric: d for metric, d in declared.items() if d not in DIRECTIONS}
+    if bad:
+        raise UserInputError(
+            f"workload.name: workload {name!r} declares metrics = {dict(declared)}; each direction must be "
+            f"one of {list(DIRECTIONS)}, got {bad}"
+        )
+    return dict(declared)
 
 
 def create_workload(name: str, raw_options: dict[str, Any]) -> Workload:

@@ -16,7 +16,8 @@ def test_the_workload_class_uses_its_options_module(name):
     options = importlib.import_module(BUILTIN_OPTIONS[name])
     factory = resolve_factory(name)
     assert factory.Options is options.Options
-    assert tuple(factory.metrics) == options.METRICS == metrics_of(name)
+    assert factory.metrics == options.METRICS == metrics_of(name)
+    assert set(metrics_of(name).values()) <= {"minimize", "maximize"}  # every built-in declares its directions
     assert isinstance(parse_options(name, {}), options.Options)
 
 

@@ -8,7 +8,7 @@ from hpo.workloads.options import WorkloadOptions
 
 __all__ = ["METRICS", "CausalLMOptions", "Options"]
 
-METRICS = ("val_loss", "val_perplexity")
+METRICS = {"val_loss": "minimize", "val_perplexity": "minimize"}
 
 
 @dataclass(frozen=True, kw_only=True)

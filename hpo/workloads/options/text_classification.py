@@ -10,7 +10,7 @@ from hpo.workloads.options import WorkloadOptions
 
 __all__ = ["METRICS", "Options", "TextClassificationOptions"]
 
-METRICS = ("val_accuracy", "val_loss")
+METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from hpo.workloads.options import WorkloadOptions
 
 __all__ = ["METRICS", "Options", "TimeseriesOptions"]
 
-METRICS = ("val_accuracy", "val_loss")
+METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
 
 _INTEGER_MINIMA = {
     "window": 2,
