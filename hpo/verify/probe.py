@@ -25,6 +25,7 @@ Cost, since a trial pays it before every new knob combination:
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -159,6 +160,9 @@ def run_probe(
     trial, failure = steps.attempt(config.knobs, evidence=True)
     result = steps.result
     if failure is not None:
+        result.peak_mem_mb = trial.memory.peak_mb if trial is not None else None
+        trial = reference = None  # the differential run builds models of its own: not beside these
+        gc.collect()
         result.verdict, result.blame = steps.blame(config.knobs, failure)
     else:
         if reference_ms is None:
@@ -168,7 +172,8 @@ def run_probe(
         result.reference_step_ms = reference_ms
         if timed:
             _time_trial(result, trial, steps, batch, config, reference_ms)
-    result.peak_mem_mb = trial.memory.peak_mb if trial is not None else None
+    if trial is not None:
+        result.peak_mem_mb = trial.memory.peak_mb
     if keep_model and result.ok and trial is not None:
         initial = kept.initial
         reference = kept = steps = None  # before training starts: the trial's peak memory is its own
