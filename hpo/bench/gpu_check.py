@@ -5,13 +5,23 @@ as a short trial through `hpo.trial.executor.execute`, the path a study's trial 
 pre-trial probe gives the verdict, the loss/gradient error against fp32/eager and the probe's timed
 steps (throughput relative to the fp32/eager/for-loop reference); a combination the probe passes
 then trains `steps` steps, which gives its trained throughput and peak memory.
-`scripts/gpu-check` prints `markdown(rows, ...)` and writes the rows as JSON.
+
+`run_matrix` runs each combination in a fresh process (`python -m hpo.bench.gpu_check SPEC`), so a
+sticky CUDA error, an out-of-memory or a crash costs that combination only, and appends its row to
+a JSON Lines file as soon as it is known; run again, it skips the combinations already in the file.
+`scripts/gpu-check` is its command line; docs/gpu-readiness.md documents the row format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -19,7 +29,17 @@ from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts
 
-__all__ = ["WORKLOAD_OPTIONS", "MatrixCheck", "check", "markdown", "matrix"]
+__all__ = [
+    "WORKLOAD_OPTIONS",
+    "MatrixCheck",
+    "check",
+    "check_in_child",
+    "markdown",
+    "matrix",
+    "read_rows",
+    "row_key",
+    "run_matrix",
+]
 
 # Small enough to probe hundreds of combinations, large enough that kernels dominate.
 WORKLOAD_OPTIONS = {
@@ -84,8 +104,8 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
 
 def _line(r: dict) -> str:
     k = r["knobs"]
-    sps = "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.0f}"
-    speed = "" if r["speedup_vs_fp32_eager"] is None else f"{r['speedup_vs_fp32_eager']:.2f}"
+    sps = "" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.0f}"
+    speed = "" if r.get("speedup_vs_fp32_eager") is None else f"{r['speedup_vs_fp32_eager']:.2f}"
     verdict = r["verdict"] if len(r["verdict"]) < 70 else r["verdict"][:67] + "..."
     return (
         f"| {r['workload']} | {k['precision']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
@@ -103,7 +123,7 @@ def markdown(rows: list[dict], device: str) -> str:
         *(_line(r) for r in rows),
     ]
     for workload in sorted({r["workload"] for r in rows}):
-        ok = [r for r in rows if r["workload"] == workload and r["verdict"] == "ok" and r["samples_per_s"]]
+        ok = [r for r in rows if r["workload"] == workload and r["verdict"] == "ok" and r.get("samples_per_s")]
         if ok:
             best = max(ok, key=lambda r: r["samples_per_s"])
             lines.append(
@@ -111,3 +131,91 @@ def markdown(rows: list[dict], device: str) -> str:
                 f"({best['speedup_vs_fp32_eager']:.2f}x fp32/eager)"
             )
     return "\n".join(lines)
+
+
+# ---- one process per combination, rows appended as they come, resumable --------------------
+
+ROW_MARK = "gpu-check row: "  # the child's stdout line that carries its row
+KEY_FIELDS = ("workload", "knobs", "batch_size", "steps", "compile_backend", "device", "torch")
+
+
+def row_key(row: dict) -> str:
+    """What identifies a combination's row: the combination, how it ran, and on what."""
+    return json.dumps({name: row.get(name) for name in KEY_FIELDS}, sort_keys=True, default=str)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a JSON Lines file; a last line cut short by a crash is ignored."""
+    rows = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    return rows
+
+
+def _append(path: Path, row: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+        f.flush()
+
+
+def _crashed_row(workload: str, knobs: Knobs, detail: str) -> dict:
+    return {"workload": workload, "knobs": knobs.as_dict(), "verdict": f"crashed: {detail}"}
+
+
+def check_in_child(workload: str, knobs: Knobs, how: MatrixCheck, timeout_s: float) -> dict:
+    """`check` in a fresh Python process: its CUDA context, errors and memory die with it."""
+    spec = json.dumps({"workload": workload, "knobs": knobs.as_dict(), "how": dataclasses.asdict(how)})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hpo.bench.gpu_check", spec], capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return _crashed_row(workload, knobs, f"no result within {timeout_s:.0f} s")
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(ROW_MARK):
+            return json.loads(line.removeprefix(ROW_MARK))
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return _crashed_row(workload, knobs, f"exit {proc.returncode}: {last}")
+
+
+def run_matrix(
+    path: Path,
+    workloads: Iterable[str],
+    combos: list[Knobs],
+    how: MatrixCheck,
+    meta: dict,
+    *,
+    timeout_s: float = 1800.0,
+    stamp: dict | None = None,
+    log: Callable[[str], None] = lambda line: None,
+) -> list[dict]:
+    """Every (workload, combination) not yet in `path`, each in a fresh process, its row appended
+    as soon as it is known, with how it ran, `meta` (part of what identifies a row: device, torch)
+    and `stamp` (recorded only, such as the date). Returns every row in the file."""
+    done = {row_key(row) for row in read_rows(path)}
+    settings = {"batch_size": how.batch_size, "steps": how.steps, "compile_backend": how.compile_backend}
+    for workload in workloads:
+        for index, knobs in enumerate(combos, 1):
+            labels = {"workload": workload, "knobs": knobs.as_dict(), **settings, **meta}
+            if row_key(labels) in done:
+                log(f"[{workload} {index}/{len(combos)}] {knobs.as_dict()} -> already in {path.name}")
+                continue
+            row = {**check_in_child(workload, knobs, how, timeout_s), **labels, **(stamp or {})}
+            _append(path, row)
+            log(f"[{workload} {index}/{len(combos)}] {knobs.as_dict()} -> {row['verdict']}")
+    return read_rows(path)
+
+
+def _child(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    row = check(spec["workload"], Knobs(**spec["knobs"]), MatrixCheck(**spec["how"]))
+    print(ROW_MARK + json.dumps(row, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -25,6 +26,16 @@ from hpo.workloads.base import Batch, Workload
 # Below this the fp16 loss scale has backed off ~2^-30 from its start: gradients are inf every step.
 MIN_GRAD_SCALE = 2.0**-14
 RECOMPILE_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class StepHealth:
+    """What one step's single host read gave: the loss, and under fp16 whether any gradient was
+    inf/NaN and the loss scale before this step's update."""
+
+    loss: float
+    found_inf: bool | None = None
+    scale: float | None = None
 
 
 class AssembledModel:
@@ -92,17 +103,44 @@ class AssembledModel:
             self.precision.backward(loss)
         return loss.detach()
 
-    def optimizer_step(self) -> None:
-        # Unscales first under fp16 (also when not clipping, so the step sees unscaled gradients).
-        self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
-        self.precision.optimizer_step(self.optimizer)
+    def step_health(self, loss: torch.Tensor, *, clip: bool = True) -> StepHealth:
+        """The step's one device-to-host read: the loss, and under fp16 the gradients' inf flag and
+        the loss scale, stacked into one transfer. With `clip`, the gradients are clipped first
+        (unscaled first under fp16, also when not clipping, so the step sees unscaled gradients)."""
+        found_inf = None
+        if clip:
+            self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
+            found_inf = self.precision.found_inf(self.optimizer)
+        values = [loss.detach().float().reshape(())]
+        if found_inf is not None:
+            # GradScaler.step reads the same private tensor (`_get_scale_async`) to hand it to fused kernels.
+            scale = self.scaler._get_scale_async()
+            values += [found_inf.float().reshape(()).to(loss.device), scale.float().reshape(()).to(loss.device)]
+        read = torch.stack(values).tolist()
+        if found_inf is None:
+            return StepHealth(read[0])
+        return StepHealth(read[0], found_inf=bool(read[1]), scale=read[2])
+
+    def optimizer_step(self, health: StepHealth | None = None) -> None:
+        """Clip (unless `step_health` has) and update; with `health`, no further host sync."""
+        if health is None:
+            self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
+        self.precision.optimizer_step(self.optimizer, None if health is None else health.found_inf)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
-    def check_scaler(self, step: int) -> None:
-        if self.scaler is not None and self.scaler.get_scale() < MIN_GRAD_SCALE:
+    def check_scaler(self, step: int, health: StepHealth | None = None) -> None:
+        """Reject a trial whose fp16 loss scale collapsed. From `health` the scale after this step's
+        update is known without a read: it only falls when the step found inf (by the backoff factor)."""
+        if self.scaler is None:
+            return
+        if health is not None and health.scale is not None:
+            scale = health.scale * self.scaler.get_backoff_factor() if health.found_inf else health.scale
+        else:
+            scale = self.scaler.get_scale()
+        if scale < MIN_GRAD_SCALE:
             detail = (
-                f"step {step}: fp16 GradScaler scale collapsed to {self.scaler.get_scale():.3g} "
+                f"step {step}: fp16 GradScaler scale collapsed to {scale:.3g} "
                 f"(< {MIN_GRAD_SCALE:.3g}), gradients overflow every step"
             )
             raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))

@@ -1,11 +1,15 @@
 """One training step of an assembled model: the single step runner the probe and the trainer share.
 
-Forward under the knobs, backward (scaled for fp16), the finite check, then, when the step updates,
-the optimizer step and the fp16 loss-scale guard. Callers wrap it in the evidence profiler when
-they want to see what ran (the profiler lives in a higher layer).
+Forward under the knobs, backward (scaled for fp16), clipping, then one device-to-host read (the
+step's only sync: the loss, and under fp16 the gradients' inf flag and the loss scale) that decides
+the rest: a non-finite loss raises before any update, an fp16 step with inf gradients is skipped as
+GradScaler skips it, and the loss-scale guard needs no read of its own. Callers wrap it in the
+evidence profiler when they want to see what ran (the profiler lives in a higher layer).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -28,10 +32,11 @@ def run_step(assembled: AssembledModel, batch: Batch, step: int, *, update: bool
     """Run one step on a batch already on the device; returns the detached, unscaled loss. Without
     `update` the gradients are left on the parameters (the probe compares them)."""
     loss = assembled.forward_backward(batch)
-    if not torch.isfinite(loss):
+    health = assembled.step_health(loss, clip=update)  # the step's one host sync
+    if not math.isfinite(health.loss):
         assembled.optimizer.zero_grad(set_to_none=True)  # no update from a non-finite step
-        raise NonFiniteLoss(step, loss.item())
+        raise NonFiniteLoss(step, health.loss)
     if update:
-        assembled.optimizer_step()
-        assembled.check_scaler(step)
+        assembled.optimizer_step(health)
+        assembled.check_scaler(step, health)
     return loss

@@ -30,31 +30,56 @@ class Peak:
     source: str
 
 
-# (substring of torch.cuda.get_device_name, precision) -> dense TFLOP/s; fp32 is TF32.
+# Dense tensor-core TFLOP/s by precision (fp32 is TF32, except on V100, which has no TF32).
 _H100_SXM = "NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense)"
 _H100_PCIE = "NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)"
 _H200 = "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)"
-_A100 = "NVIDIA A100 Tensor Core GPU datasheet (dense)"
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40 and 80 GB, dense)"
 _L4 = "NVIDIA L4 Tensor Core GPU datasheet (dense)"
+_L40 = "NVIDIA L40 GPU datasheet (dense)"
+_L40S = "NVIDIA L40S GPU datasheet (dense)"
 _V100 = "NVIDIA V100 Tensor Core GPU datasheet (SXM2)"
+
+
+def _peaks(source: str, **tflops: float) -> dict[str, Peak]:
+    return {precision: Peak(value, source) for precision, value in tflops.items()}
+
+
+H100_SXM = _peaks(_H100_SXM, bf16=989.4, fp16=989.4, fp32=494.7)
+H100_PCIE = _peaks(_H100_PCIE, bf16=756.0, fp16=756.0, fp32=378.0)
+H200 = _peaks(_H200, bf16=989.4, fp16=989.4, fp32=494.7)
+A100 = _peaks(_A100, bf16=312.0, fp16=312.0, fp32=156.0)
+L4 = _peaks(_L4, bf16=121.0, fp16=121.0, fp32=60.0)
+L40 = _peaks(_L40, bf16=181.05, fp16=181.05, fp32=90.5)
+L40S = _peaks(_L40S, bf16=362.05, fp16=362.05, fp32=183.0)
+V100_SXM2 = _peaks(_V100, fp16=125.0, fp32=15.7)  # no bf16 units, no TF32: fp32 is CUDA-core fp32
+
+# Keyed on the exact name `torch.cuda.get_device_name` (and `nvidia-smi --query-gpu=name`) prints:
+# substrings confuse "NVIDIA L40S" with "NVIDIA L4" and "NVIDIA RTX A1000" with A100. A name not
+# here has no peak and its trials record no MFU: H100 NVL, GH200, A10, T4 and others until a
+# datasheet figure is added, and every MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"), whose
+# share of the GPU's tensor cores its name does not prove.
 GPU_PEAKS: dict[str, dict[str, Peak]] = {
-    "H200": {p: Peak(t, _H200) for p, t in (("bf16", 989.4), ("fp16", 989.4), ("fp32", 494.7))},
-    "H100 PCIe": {p: Peak(t, _H100_PCIE) for p, t in (("bf16", 756.0), ("fp16", 756.0), ("fp32", 378.0))},
-    "H100": {p: Peak(t, _H100_SXM) for p, t in (("bf16", 989.4), ("fp16", 989.4), ("fp32", 494.7))},
-    "A100": {p: Peak(t, _A100) for p, t in (("bf16", 312.0), ("fp16", 312.0), ("fp32", 156.0))},
-    "L4": {p: Peak(t, _L4) for p, t in (("bf16", 121.0), ("fp16", 121.0), ("fp32", 60.0))},
-    "V100": {p: Peak(t, _V100) for p, t in (("fp16", 125.0), ("fp32", 15.7))},
+    "NVIDIA H100 80GB HBM3": H100_SXM,
+    "NVIDIA H100 PCIe": H100_PCIE,
+    "NVIDIA H200": H200,
+    "NVIDIA A100-SXM4-40GB": A100,
+    "NVIDIA A100-SXM4-80GB": A100,
+    "NVIDIA A100-PCIE-40GB": A100,
+    "NVIDIA A100 80GB PCIe": A100,
+    "NVIDIA L4": L4,
+    "NVIDIA L40": L40,
+    "NVIDIA L40S": L40S,
+    "Tesla V100-SXM2-16GB": V100_SXM2,
+    "Tesla V100-SXM2-32GB": V100_SXM2,
 }
 
 
 def peak_for(device: torch.device, precision: str, device_name: str) -> Peak | None:
     """The peak for this device and precision, or None when hpo knows none (the trial then
-    records no MFU rather than a made-up one)."""
+    records no MFU rather than a made-up one). GPUs are matched on their exact name."""
     if device.type == "cuda":
-        for key, peaks in GPU_PEAKS.items():  # most specific first: "H100 PCIe" before "H100"
-            if key in device_name:
-                return peaks.get(precision)
-        return None
+        return GPU_PEAKS.get(device_name.strip(), {}).get(precision)
     if device.type == "cpu":
         return measure_cpu_peak(precision)
     return None

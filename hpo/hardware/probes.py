@@ -7,6 +7,7 @@ hpo asks torch about hardware directly.
 from __future__ import annotations
 
 import functools
+import inspect
 import platform
 from dataclasses import dataclass
 
@@ -49,10 +50,19 @@ def device_model(device: torch.device) -> str:
     return f"cpu: {cpu_model()}"
 
 
+def cuda_bf16_native() -> bool:
+    """bf16 in hardware, not emulated: `torch.cuda.is_bf16_supported()` counts emulation by default
+    (True on V100 and T4, where bf16 runs as slow fp32 math), so ask without it where torch can."""
+    check = torch.cuda.is_bf16_supported
+    if "including_emulation" in inspect.signature(check).parameters:
+        return check(including_emulation=False)
+    return check()  # older torch: no emulation counted
+
+
 def bf16_supported(device: torch.device) -> Capability:
     if device.type == "cuda":
-        ok = torch.cuda.is_bf16_supported()
-        return Capability(ok, "" if ok else f"compute capability {compute_capability(device)} < 8.0")
+        ok = cuda_bf16_native()
+        return Capability(ok, "" if ok else f"compute capability {compute_capability(device)} < 8.0: bf16 only emulated")
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return Capability(True, "native avx512_bf16/AMX" if native else "emulated: no avx512_bf16/AMX, slow")
 

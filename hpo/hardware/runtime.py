@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Iterator
 
@@ -10,15 +11,27 @@ import numpy as np
 import torch
 
 from hpo.errors import UserInputError
+from hpo.hardware import tf32
 from hpo.hardware.allocator import keep_freed_memory, release_freed_memory
+from hpo.hardware.probes import tf32_supported
 
 
 def resolve_device(name: str) -> torch.device:
+    """The device a config names. An explicit `cuda:N` must be an ordinal this process sees: a worker
+    hpo pins to one GPU (CUDA_VISIBLE_DEVICES) sees that GPU as cuda:0 and no other, so `cuda:3`
+    there is refused rather than mapped onto whichever GPU the worker got."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserInputError(f"device: {name!r} asked for, but torch sees no CUDA device; use 'cpu' or 'auto'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise UserInputError(
+            f"device: {name!r} asked for, but this process sees {torch.cuda.device_count()} CUDA device(s)"
+            + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
+            + "; hpo pins each worker to one GPU, so use device: 'auto' and choose GPUs with CUDA_VISIBLE_DEVICES"
+        )
     return device
 
 
@@ -30,27 +43,21 @@ def seed_everything(seed: int) -> None:
 
 @contextlib.contextmanager
 def trial_runtime(device: torch.device) -> Iterator[dict]:
-    """TF32 and cudnn.benchmark on for CUDA trials, restored afterwards, and the C allocator set to
-    keep freed memory (`hpo.hardware.allocator`); yields the settings used. The allocator setting
-    stays (glibc cannot go back to its adaptive thresholds); its free memory is handed back."""
-    saved = (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        torch.backends.cudnn.benchmark,
-    )
+    """TF32 (`hpo.hardware.tf32`) and cudnn.benchmark on for CUDA trials, restored afterwards, and
+    the C allocator set to keep freed memory (`hpo.hardware.allocator`); yields the settings used.
+    `tf32` records whether TF32 tensor cores ran fp32 matmuls, so it is False on a pre-Ampere GPU.
+    The allocator setting stays (glibc cannot go back to its adaptive thresholds); its free memory
+    is handed back."""
     on_cuda = device.type == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = on_cuda
-    torch.backends.cudnn.allow_tf32 = on_cuda
+    saved_benchmark = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = on_cuda
     try:
-        yield {"tf32": on_cuda, "cudnn_benchmark": on_cuda, "cpu_allocator": keep_freed_memory()}
+        with tf32.enabled() if on_cuda else contextlib.nullcontext():
+            ran_tf32 = on_cuda and tf32_supported(device).usable
+            yield {"tf32": ran_tf32, "cudnn_benchmark": on_cuda, "cpu_allocator": keep_freed_memory()}
     finally:
         release_freed_memory()
-        (
-            torch.backends.cuda.matmul.allow_tf32,
-            torch.backends.cudnn.allow_tf32,
-            torch.backends.cudnn.benchmark,
-        ) = saved
+        torch.backends.cudnn.benchmark = saved_benchmark
 
 
 def synchronize(device: torch.device) -> None:

@@ -41,7 +41,12 @@ class Precision:
         if max_norm > 0:
             torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def found_inf(self, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+        """A device flag, nonzero when the step's (unscaled) gradients hold inf/NaN; None when no
+        loss scaling checks them. Reading it is the caller's one host sync."""
+        return None
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, found_inf: bool | None = None) -> None:
         optimizer.step()
 
 
@@ -67,12 +72,25 @@ class MixedPrecision(Precision):
         self._unscale(optimizer)  # max_norm is in the loss's own units, not the scaled ones
         super().clip_gradients(module, optimizer, max_norm)
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def found_inf(self, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+        if self.scaler is None:
+            return None
+        self._unscale(optimizer)
+        return sum(self.scaler._found_inf_per_device(optimizer).values())  # on the device: no sync
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, found_inf: bool | None = None) -> None:
+        """Step unless the gradients are inf/NaN, as GradScaler.step does. `found_inf`, when the caller
+        has read `self.found_inf()` already, spares the host read GradScaler.step makes for optimizers
+        without their own scaling (`_maybe_opt_step`'s `.item()`); fused ones get the flag on the
+        device through GradScaler.step, as before, and skip inside their kernel."""
         if self.scaler is None:
             optimizer.step()
             return
         self._unscale(optimizer)
-        self.scaler.step(optimizer)
+        if found_inf is None or getattr(optimizer, "_step_supports_amp_scaling", False):
+            self.scaler.step(optimizer)
+        elif not found_inf:
+            optimizer.step()  # unscaled, finite gradients: what GradScaler.step would run
         self.scaler.update()
         self._unscaled.discard(id(optimizer))
 

@@ -34,6 +34,7 @@ from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.memory import MemoryMeter
 from hpo.hardware.runtime import synchronize
+from hpo.knobs.attention import pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.knobs.compile import GraphRecord, compile_model
 from hpo.knobs.optimizer_impl import with_implementation
@@ -42,7 +43,7 @@ from hpo.trial.trainer import EvalCallback, TrainResult, evidence_step_index
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.lightning import LightningWorkload, as_dict
 
-__all__ = ["lightning_precision", "train_lightning"]
+__all__ = ["lightning_device", "lightning_precision", "train_lightning"]
 
 
 def lightning_precision(precision: str, device_type: str) -> str:
@@ -202,15 +203,27 @@ def train_lightning(
     train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
     with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
         trainer = pl.Trainer(
-            accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=lightning_precision(knobs.precision, device.type),
+            **lightning_device(device), precision=lightning_precision(knobs.precision, device.type),
             max_steps=training.max_steps, val_check_interval=training.eval_every, check_val_every_n_epoch=None,
             num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[callback],
         )  # fmt: skip
-        trainer.fit(fitted, train_loader, val_loader)
-        if not callback.history or callback.history[-1][0] != trainer.global_step:
-            trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
+        # The SDPA kernel is pinned as in hpo's loop (engine/assembly.py), so SDPA raises rather than
+        # quietly dispatching another kernel, in training and in every validation.
+        with pinned_kernel(knobs.attention):
+            trainer.fit(fitted, train_loader, val_loader)
+            if not callback.history or callback.history[-1][0] != trainer.global_step:
+                trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
     return _result(callback, module, view)
+
+
+def lightning_device(device: torch.device) -> dict:
+    """Lightning's accelerator and devices for hpo's resolved device: the same GPU index hpo's
+    meter and evidence use (`devices=1` would let Lightning pick its own first device)."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return {"accelerator": "gpu", "devices": [index]}
+    return {"accelerator": "cpu", "devices": 1}
 
 
 def _result(callback, module: torch.nn.Module, view: SimpleNamespace) -> TrainResult:

@@ -106,8 +106,10 @@ def train(
     # Train mode from the first step: transformers' from_pretrained and the probe leave models in
     # eval mode, which would train without dropout until the first evaluation switched it.
     assembled.model.train()
+    idle = False  # whether the device is known to have no queued work: the last step ended synchronized
     for step in range(training.max_steps):
-        synchronize(device)
+        if not idle:  # one sync per step: the end of the last step's timing already waited for the device
+            synchronize(device)
         start = time.perf_counter()
         batch = assembled.move(next(batches))
         if step == evidence_at:
@@ -117,6 +119,7 @@ def train(
         else:
             _step(assembled, batch, step)
         synchronize(device)
+        idle = True
         elapsed = time.perf_counter() - start
         if step != evidence_at:  # the profiled step's cost is hpo's profiler, not the knobs'
             train_s += elapsed
@@ -130,7 +133,7 @@ def train(
         last = step + 1 == training.max_steps or (training.budget_s is not None and train_s >= training.budget_s)
         report = schedule.final(step + 1, train_s) if last else schedule.due(step + 1, train_s)
         if report is not None:
-            eval_start = time.perf_counter()
+            eval_start, idle = time.perf_counter(), False
             metrics = _checked_metrics(assembled.evaluate(), step)
             eval_s += time.perf_counter() - eval_start
             history.append((report, metrics))

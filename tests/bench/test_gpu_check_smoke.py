@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from conftest import TOY
 
-from hpo.bench.gpu_check import MatrixCheck, check, markdown, matrix
+from hpo.bench.gpu_check import MatrixCheck, check, markdown, matrix, read_rows, run_matrix
 from hpo.config.trial import Knobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,14 +47,52 @@ def test_a_rejected_combination_reads_as_its_verdict():
     assert row["train_samples_per_s"] is None
 
 
-def test_script_writes_json_and_markdown(tmp_path):
+def _script(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(ROOT / "scripts" / "gpu-check"), "--workloads", TOY, "--precision", "fp32"]
     cmd += ["--attention", "eager", "--optimizer", "forloop", "--checkpointing", "false", "--compile", "false"]
     cmd += ["--compile-backend", "eager", "--batch-size", "8", "--steps", "2", "--device", "cpu", "--out-dir", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "KINETO_LOG_LEVEL": "5"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    return subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_script_writes_json_lines_and_markdown(tmp_path):
+    proc = _script(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (written,) = tmp_path.glob("gpu-*.json")
-    rows = json.loads(written.read_text())["rows"]
+    (written,) = tmp_path.glob("gpu-*.jsonl")
+    rows = [json.loads(line) for line in written.read_text().splitlines()]
     assert [r["verdict"] for r in rows] == ["ok"]
+    (row,) = rows
+    assert row["device"].startswith("cpu: ") and row["torch"] == torch.__version__ and row["date"]
+    assert (row["batch_size"], row["steps"], row["compile_backend"]) == (8, 2, "eager")
     assert written.with_suffix(".md").read_text().startswith("Knob verification on")
+
+
+def test_script_resumes_and_skips_the_combinations_already_written(tmp_path):
+    first = _script(tmp_path, "--optimizer", "forloop", "foreach")  # two combinations
+    assert first.returncode == 0, first.stderr[-2000:]
+    (written,) = tmp_path.glob("gpu-*.jsonl")
+    lines = written.read_text().splitlines()
+    assert len(lines) == 2
+    # As if the run had died during the second combination: its row was never written.
+    written.write_text(lines[0] + "\n")
+    again = _script(tmp_path, "--optimizer", "forloop", "foreach")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "already in" in again.stderr and again.stderr.count("-> ok") == 1
+    rows = [json.loads(line) for line in written.read_text().splitlines()]
+    assert [r["knobs"]["optimizer"] for r in rows] == ["forloop", "foreach"]
+    assert rows[0] == json.loads(lines[0])  # the first row untouched
+
+
+def test_a_crashing_combination_costs_only_itself(tmp_path, monkeypatch):
+    """Each combination runs in its own process: a segfault (as a sticky CUDA error ends a process)
+    is that combination's row, and the next combination runs in a clean process."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "workers")]))
+    crashy = "crashy_workloads:Crashy"
+    options = {crashy: {"d_model": 16, "n_blocks": 1, "misbehave": "signal"}, TOY: {"d_model": 16, "n_blocks": 1}}
+    how = dataclasses.replace(TINY, options=options)
+    path = tmp_path / "rows.jsonl"
+    knobs = [Knobs(precision="fp32", attention="eager", optimizer="forloop")]
+    rows = run_matrix(path, [crashy, TOY], knobs, how, {"device": "cpu", "torch": torch.__version__})
+    assert rows[0]["workload"] == crashy and rows[0]["verdict"].startswith("crashed: exit -11"), rows[0]
+    assert rows[1]["workload"] == TOY and rows[1]["verdict"] == "ok", rows[1]
+    assert read_rows(path) == rows
