@@ -50,6 +50,8 @@ ADVICE = {
     "diverged": "the loss went non-finite: try a lower learning rate, bf16 instead of fp16, or gradient clipping.",
     "mismatch": "the evidence shows a knob ran as something else than asked; the trial is not labelled with it.",
     "crashed": "the trial's process died; it is retried with the same parameters up to `study.max_retries`.",
+    "timeout": "the trial ran longer than `study.trial_timeout_s` and was ended; it is retried with the same "
+    "parameters up to `study.max_retries`. Raise the limit if the trial was merely slow.",
     "error": "the trial raised an error; see the verdict for where it points.",
 }
 
