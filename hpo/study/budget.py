@@ -143,10 +143,15 @@ class StartHeartbeat:
 
     def handing_over(self, objective: Callable[[optuna.Trial], Any]) -> Callable[[optuna.Trial], Any]:
         def run(trial: optuna.Trial):
-            self._stop.set()  # inside Study.optimize's heartbeat thread from here on
+            self.stop()  # inside Study.optimize's heartbeat thread from here on
             return objective(trial)
 
         return run
+
+    def stop(self) -> None:
+        """Also when the trial never reached its objective (its sampling raised): a worker running
+        trials in-process must not keep that trial alive."""
+        self._stop.set()
 
     def _beat(self, trial_id: int) -> None:
         storage = storage_of(self.study)

@@ -95,6 +95,8 @@ class InProcessTrials:
             # The trial is still RUNNING (Optuna let the exception through): fail and retry it here.
             fail_crashed_trial(self.study, bound[0], str(deadline.verdict()))
             self.notes(self.study, storage_of(self.study).get_trial(bound[0]))
+        finally:
+            heartbeat.stop()
 
 
 class ChildTrials:
@@ -145,7 +147,7 @@ class ChildTrials:
             _end(child, wait_s=self.grace_s if exited else 0)
             here.close()
         if trial_id is None:
-            self._no_trial(serial, child.exitcode)
+            self._no_trial(serial, verdict or crash_verdict(child.exitcode), child.exitcode == 0)
             return
         self.startup_failures = 0
         if verdict is None and child.exitcode != 0:
@@ -162,7 +164,7 @@ class ChildTrials:
         while True:
             now = time.monotonic()
             if trial_id is None and now - started > STARTUP_LIMIT_S:
-                return None, None, False
+                return None, Verdict(Kind.CRASHED, f"trial process had not started its trial after {STARTUP_LIMIT_S} s"), False
             if trial_id is not None and self.limit_s is not None and now - started > self.limit_s:
                 return trial_id, timeout_verdict(self.limit_s, now - started), False
             if trial_id is not None and now - checked >= self.interval_s:
@@ -192,15 +194,15 @@ class ChildTrials:
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
             return False  # the database is briefly unreachable: ask again next interval
 
-    def _no_trial(self, serial: int, exitcode: int | None) -> None:
+    def _no_trial(self, serial: int, why: Verdict, clean: bool) -> None:
         self.tickets.release(serial)  # the trial never started: its ticket goes back
-        if exitcode == 0:  # it found its claim reaped and ended cleanly (`ClaimLost`): not a failure to start
+        if clean:  # it found its claim reaped and ended cleanly (`ClaimLost`): not a failure to start
             return
         self.startup_failures += 1
         if self.startup_failures >= MAX_STARTUP_FAILURES:
             raise TrialsCannotStart(
                 f"{MAX_STARTUP_FAILURES} trial processes in a row ended before their trial started "
-                f"(last: {crash_verdict(exitcode).detail}); see the errors above, or run `hpo worker --in-process`"
+                f"(last: {why.detail}); see the errors above, or run `hpo worker --in-process`"
             )
 
 
@@ -224,7 +226,7 @@ def _remove(folder: tempfile.TemporaryDirectory | None) -> None:
 
 def crash_verdict(exitcode: int | None) -> Verdict:
     if exitcode is None:
-        return Verdict(Kind.CRASHED, "trial process did not start its trial in time and was killed")
+        return Verdict(Kind.CRASHED, "trial process was killed and had not exited 30 s later")
     if exitcode >= 0:
         return Verdict(Kind.CRASHED, f"trial process died (exit code {exitcode})")
     try:
