@@ -167,7 +167,7 @@ class ChildTrials:
                 return None, Verdict(Kind.CRASHED, f"trial process had not started its trial after {STARTUP_LIMIT_S} s"), False
             if trial_id is not None and self.limit_s is not None and now - started > self.limit_s:
                 return trial_id, timeout_verdict(self.limit_s, now - started), False
-            if trial_id is not None and now - checked >= self.interval_s:
+            if trial_id is not None and now - checked >= self.grace_s:  # a few queries: not every heartbeat
                 checked = now
                 ended_at = ended_at or (now if self._trial_ended(trial_id) else None)
                 if ended_at is not None and now - ended_at > self.grace_s:
