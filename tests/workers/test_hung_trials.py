@@ -76,3 +76,9 @@ def test_a_trial_process_that_stops_reporting_is_not_kept_alive_by_its_live_work
             kill_group(worker)
     assert not alive({hung_pid})
     _assert_hung_trial_failed_and_retried(url, 2, UNFINISHED)
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_a_time_limit_must_be_positive(tmp_path, value):
+    run = hpo("validate", space_file(tmp_path, 1, trial_timeout_s=value))
+    assert run.returncode == 2 and "study.trial_timeout_s: Input should be greater than 0" in run.stderr
