@@ -95,6 +95,9 @@ class InProcessTrials:
             # The trial is still RUNNING (Optuna let the exception through): fail and retry it here.
             fail_crashed_trial(self.study, bound[0], str(deadline.verdict()))
             self.notes(self.study, storage_of(self.study).get_trial(bound[0]))
+        except SystemExit:  # SIGTERM (`stop_on_sigterm`), or the workload called sys.exit()
+            _stopped(self.study, bound[0] if bound else None)
+            raise
         finally:
             heartbeat.stop()
 
@@ -143,6 +146,10 @@ class ChildTrials:
         exited = False
         try:
             trial_id, verdict, exited = self._watch(child, here, keeper)
+        except SystemExit:  # SIGTERM (`stop_on_sigterm`): the retry need not wait for the trial to go stale
+            _end(child, wait_s=0)
+            _stopped(self.study, keeper.trial_id)
+            raise
         finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
             _end(child, wait_s=self.grace_s if exited else 0)
             here.close()
@@ -217,6 +224,12 @@ def _end(child, wait_s: float) -> None:
             except (ProcessLookupError, PermissionError):
                 pass  # already gone, or not yet in its own group
     child.join(timeout=30)
+
+
+def _stopped(study: optuna.Study, trial_id: int | None) -> None:
+    """The worker is stopping under its running trial: fail it and queue its retry now."""
+    if trial_id is not None:
+        fail_crashed_trial(study, trial_id, str(Verdict(Kind.CRASHED, "its worker was stopped (SIGTERM or exit)")))
 
 
 def _remove(folder: tempfile.TemporaryDirectory | None) -> None:

@@ -70,7 +70,7 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
     """Claim tickets and run trials until the budget is spent and no trial is left running or
     starting anywhere (any of them may still die and need a retry). Returns trials run here.
     SIGTERM (how Slurm and Kubernetes stop a job) ends it cleanly: `SystemExit(143)` is raised, its
-    trial process is killed and its reference folder removed; the trial is retried once stale."""
+    trial process is killed, its trial failed and queued for a retry, and its reference folder removed."""
     quiet_optuna()
     remove_orphaned_folders()  # left by workers on this host that were killed outright
     study, space = open_hpo_study(storage_of(study), study.study_name)  # the space's sampler and pruner
@@ -117,7 +117,7 @@ def stop_on_sigterm():
 
     def stop(signum, frame) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("hpo worker: SIGTERM: stopping (its trial is retried once its heartbeats are stale)", file=sys.stderr, flush=True)
+        print("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)

@@ -13,12 +13,13 @@ import sys
 import optuna
 import pytest
 import sqlalchemy.exc
+from optuna.trial import TrialState
 
 from hpo.app import cli
 from hpo.study import workers
 from hpo.study.reference_folders import remove_orphaned_folders
 from hpo.study.trial_runners import TrialsCannotStart
-from worker_harness import ROOT, STUDY, alive, create_study, hpo_env, kill_group, space_file, wait_for
+from worker_harness import ROOT, STUDY, alive, create_study, hpo_env, kill_group, space_file, tickets, trials, wait_for
 
 CRASHY = "crashy_workloads:Crashy"
 
@@ -53,6 +54,12 @@ def test_sigterm_ends_the_worker_with_143_its_trial_process_and_its_reference_fo
     assert worker.returncode == 143, err[-3000:]
     assert "SIGTERM" in err and "Traceback" not in err
     assert not folder.exists() and not alive({hung_pid})
+    # Its trial is failed and queued for a retry at once, rather than after going stale.
+    (stopped,) = [t for t in trials(url) if t.state == TrialState.FAIL]
+    assert stopped.user_attrs["verdict"] == "crashed: its worker was stopped (SIGTERM or exit)"
+    (retry,) = [t for t in trials(url) if t.state == TrialState.WAITING]
+    assert retry.params == stopped.params
+    assert tickets(url) == ((0, 2), 0)  # the retry's ticket is back in the budget
 
 
 def test_orphaned_reference_folders_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
