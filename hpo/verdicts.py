@@ -30,6 +30,7 @@ class Kind(str, Enum):
     OOM = "oom"
     PRUNED = "pruned"  # the study's pruner stopped it
     CRASHED = "crashed"  # its process died
+    TIMEOUT = "timeout"  # it ran longer than study.trial_timeout_s and was ended
     ERROR = "error"  # the trial raised something else
 
 

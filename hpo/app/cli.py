@@ -81,13 +81,25 @@ def cmd_run(args) -> int:
 
 
 def cmd_worker(args) -> int:
+    import optuna
+    import sqlalchemy.exc
+
     from hpo.app.reuse import open_study
+    from hpo.study.trial_runners import TrialsCannotStart
     from hpo.study.workers import run_worker
 
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")
     study = open_study(args.study, args.storage)
-    run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
+    try:
+        run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
+    except TrialsCannotStart as exc:  # exit 1: this worker could not run trials; the study goes on without it
+        print(f"hpo worker: error: {exc}", file=sys.stderr)
+        return 1
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:  # exit 3: storage lost
+        first = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0]
+        print(f"hpo worker: error: the storage failed ({mask_password(first)}); its trial is retried once stale", file=sys.stderr)
+        return 3
     return 0
 
 

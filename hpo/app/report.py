@@ -16,6 +16,7 @@ import optuna
 import yaml
 
 from hpo.errors import UserInputError
+from hpo.files import write_atomic
 from hpo.storage.urls import mask_password
 from hpo.study.knob_effects import cells, header, knob_effects
 from hpo.study.observed import KNOB_NAMES, observed_knob
@@ -165,6 +166,4 @@ def write_report(study: optuna.Study, path: Path) -> None:
         + _section("Trials", _trial_rows(study))
         + "</body></html>"
     )
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(mask_password(page))
-    tmp.replace(path)
+    write_atomic(path, mask_password(page))

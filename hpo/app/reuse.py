@@ -12,6 +12,7 @@ import yaml
 from hpo.config import legacy
 from hpo.config.objectives import metric_direction
 from hpo.errors import UserInputError
+from hpo.files import write_atomic
 from hpo.storage.open import load_study_or_none, open_storage
 from hpo.study.ranking import best_trials, top_trials
 from hpo.workloads.registry import metrics_of
@@ -75,9 +76,7 @@ def _fixed_length(config: dict[str, Any], steps_run: int | None) -> dict[str, An
 def export_config(trial: optuna.trial.FrozenTrial, path: Path) -> None:
     text = f"# hpo config exported from trial {trial.number} (verdict: {trial.user_attrs.get('verdict')})\n"
     text += yaml.safe_dump(exported_config(trial), sort_keys=False)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)  # a reader never sees half a file
+    write_atomic(path, text)  # a reader never sees half a file
 
 
 def export_top(study: optuna.Study, k: int, folder: Path) -> list[tuple[optuna.trial.FrozenTrial, Path]]:

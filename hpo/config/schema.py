@@ -44,6 +44,10 @@ class StudySpec(_Strict):
     skip_slow: bool = True
     slow_ratio: float = Field(default=5.0, gt=1)
     max_retries: int = Field(default=2, ge=0)
+    # Seconds a trial may run (from its start to its end) before its worker ends its process; the
+    # trial then ends FAIL with a `timeout: ...` verdict and is retried under max_retries. With
+    # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.study.deadline).
+    trial_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_direction_per_objective(self) -> StudySpec:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from hpo.files import write_atomic
 from hpo.hardware.probes import cpu_model
 
 __all__ = ["GPU_PEAKS", "Peak", "measure_cpu_peak", "peak_for"]
@@ -131,8 +132,6 @@ def _read(path: Path) -> dict:
 def _write(path: Path, data: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)  # concurrent workers: last writer wins, no reader sees half a file
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True))  # concurrent workers: last writer wins, whole
     except OSError:
         pass  # a read-only home: the figure is measured again next time, which is still right

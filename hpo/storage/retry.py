@@ -1,9 +1,10 @@
 """Retry a trial whose process died, with the same parameters, and give its ticket back so the
 retry does not eat into the study's budget.
 
-Optuna calls `RetryWithRefund` for a trial it failed for want of heartbeats (its worker was killed
-or lost the database); a worker calls `fail_crashed_trial` when its trial process died under it.
-Either way the trial ends FAIL with a `crashed: ...` verdict and, up to the study's `max_retries`,
+Optuna calls `RetryWithRefund` for a trial it failed for want of heartbeats (its process was killed,
+hung or lost the database); a worker calls `fail_crashed_trial` when its trial process died under it
+or ran past `study.trial_timeout_s`. Either way the trial ends FAIL with a `crashed: ...` or
+`timeout: ...` verdict and, up to the study's `max_retries`,
 a WAITING copy of its parameters is queued, which the next ticket's trial picks up (Optuna's ask
 takes waiting trials first). The retry keeps Optuna's `failed_trial` and `retry_history` system
 attrs, so `RetryHeartbeatStaleTrialCallback.retry_history(trial)` reads it.
@@ -73,7 +74,7 @@ def max_retries_of(study: optuna.Study) -> int:
 
 
 def fail_crashed_trial(study: optuna.Study, trial_id: int, verdict: str) -> bool:
-    """Mark a trial whose process died FAIL with `verdict` and queue its retry. False when the
+    """Mark a trial whose process died (or was ended) FAIL with `verdict` and queue its retry. False when the
     trial had already finished (it died after its last write) or another worker failed it first."""
     storage = storage_of(study)
     try:

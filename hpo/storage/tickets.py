@@ -77,10 +77,13 @@ class TicketBudget:
         with self.engine.begin() as conn:
             conn.execute(CLAIMS.update().where(self._claim_row(serial)).values(touched_at=sa.func.now()))
 
-    def bind(self, serial: int) -> None:
-        """The claim's trial exists: from now on its heartbeats protect the ticket."""
+    def bind(self, serial: int) -> bool:
+        """The claim's trial exists: from now on its heartbeats protect the ticket. False when the
+        claim was gone: another worker reaped it (its ticket is back in the budget) because nobody
+        touched it for the grace period, e.g. while the database was unreachable. That trial must
+        not run, or the ticket pays for two trials."""
         with self.engine.begin() as conn:
-            conn.execute(CLAIMS.delete().where(self._claim_row(serial)))
+            return conn.execute(CLAIMS.delete().where(self._claim_row(serial))).rowcount == 1
 
     def release(self, serial: int, untouched_since: datetime | None = None) -> bool:
         """Give an unbound claim's ticket back (its trial never started); False if it was bound,

@@ -4,9 +4,11 @@ process that held it and none is given back while that process lives."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 import sqlalchemy.exc
@@ -16,6 +18,7 @@ from optuna.trial import TrialState
 from hpo.errors import UserInputError
 from hpo.storage.optuna_compat import engine_of, liveness, storage_of, trial_id_of
 from hpo.storage.tickets import TicketBudget
+from hpo.verdicts import Kind, Verdict
 
 
 def tickets_of(study: optuna.Study) -> TicketBudget:
@@ -49,18 +52,52 @@ def recover(study: optuna.Study, tickets: TicketBudget) -> None:
     tickets.reap(liveness(storage_of(study))[1])
 
 
+class ClaimLost(Exception):
+    """The claim's ticket went back to the budget before its trial could bind it (see `bind_ticket`)."""
+
+
+LOST = str(
+    Verdict(
+        Kind.ERROR,
+        "not run: its ticket went back to the budget before the trial started (its claim went "
+        "untouched for the grace period, e.g. while the database was unreachable)",
+    )
+)
+
+
 def bind_ticket(study: optuna.Study, tickets: TicketBudget, serial: int, trial_id: int) -> None:
     """The claim's trial exists: it carries the ticket from now on, protected by its heartbeats
-    (the first one now, or the trial would never count as stale if this process died at once)."""
-    tickets.bind(serial)
-    storage_of(study).record_heartbeat(trial_id)
+    (the first one now, or the trial would never count as stale if this process died at once).
+
+    If the claim was reaped meanwhile, its ticket already pays for another trial: this one ends
+    FAIL before any work, a waiting trial it took (a retry, an enqueued config) is queued again for
+    that other trial, and `ClaimLost` is raised, out of `study.optimize`."""
+    storage = storage_of(study)
+    if tickets.bind(serial):
+        storage.record_heartbeat(trial_id)
+        return
+    trial = storage.get_trial(trial_id)
+    if trial.params or trial.system_attrs:  # it came from the waiting queue: put it back
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                params=trial.params,
+                distributions=trial.distributions,
+                user_attrs=trial.user_attrs,
+                system_attrs=trial.system_attrs,
+            )
+        )
+    storage.set_trial_user_attr(trial_id, "verdict", LOST)
+    storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    print(f"trial {trial.number} {LOST}", file=sys.stderr, flush=True)
+    raise ClaimLost(f"ticket {serial} was reaped before trial {trial.number} could bind it")
 
 
 class ClaimKeeper:
     """While its worker lives, a claimed ticket must not look abandoned: this thread touches the
-    claim until the trial exists, then records the trial's heartbeats. Optuna's own heartbeats
-    start only after the trial's parameters are sampled, which can outlast the grace period on a
-    busy machine (64 workers on 2 cores: TPE took over 30 s)."""
+    claim until the trial exists (`bound`). From then on the trial's own process keeps the trial
+    alive with its heartbeats (`StartHeartbeat`, then Optuna's), never the worker: a trial whose
+    process stops reporting goes stale and is retried even though its worker lives."""
 
     def __init__(self, study: optuna.Study, tickets: TicketBudget, serial: int):
         self.study, self.tickets, self.serial = study, tickets, serial
@@ -78,17 +115,51 @@ class ClaimKeeper:
 
     def bound(self, trial_id: int) -> None:
         self.trial_id = trial_id
+        self._stop.set()
 
     def _keep(self) -> None:
         interval = liveness(storage_of(self.study))[0]
         while not self._stop.wait(interval):
             try:
-                if self.trial_id is None:
-                    self.tickets.touch(self.serial)
-                else:
-                    storage_of(self.study).record_heartbeat(self.trial_id)
+                self.tickets.touch(self.serial)
             except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
                 continue  # the database is briefly unreachable: try again next interval
+
+
+class StartHeartbeat:
+    """The trial process's heartbeats for its trial from its start until its objective runs.
+    Optuna's own heartbeat thread starts only after the trial's parameters are sampled, which can
+    outlast the grace period on a busy machine (64 workers on 2 cores: TPE took over 30 s); it
+    takes over when the objective starts (`handing_over`). Optuna's heartbeats exist only inside
+    `Study.optimize` ("Heartbeat of storage is supposed to be used with Study.optimize"), which
+    every hpo trial runs in."""
+
+    def __init__(self, study: optuna.Study):
+        self.study = study
+        self._stop = threading.Event()
+
+    def start(self, trial_id: int) -> None:
+        threading.Thread(target=self._beat, args=(trial_id,), name="hpo-start-heartbeat", daemon=True).start()
+
+    def handing_over(self, objective: Callable[[optuna.Trial], Any]) -> Callable[[optuna.Trial], Any]:
+        def run(trial: optuna.Trial):
+            self.stop()  # inside Study.optimize's heartbeat thread from here on
+            return objective(trial)
+
+        return run
+
+    def stop(self) -> None:
+        """Also when the trial never reached its objective (its sampling raised): a worker running
+        trials in-process must not keep that trial alive."""
+        self._stop.set()
+
+    def _beat(self, trial_id: int) -> None:
+        storage = storage_of(self.study)
+        while not self._stop.wait(liveness(storage)[0]):
+            try:
+                storage.record_heartbeat(trial_id)
+            except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+                continue
 
 
 class BindOnStart(optuna.samplers.BaseSampler):

@@ -27,7 +27,7 @@ from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
 from hpo.storage.retry import UNFINISHED, RetryWithRefund
 from hpo.storage.urls import mask_password
-from hpo.study.budget import BindOnStart, bind_ticket, tickets_of
+from hpo.study.budget import BindOnStart, ClaimLost, StartHeartbeat, bind_ticket, tickets_of
 from hpo.study.create import build_sampler, open_hpo_study
 from hpo.study.progress import TrialPrinter, set_sink
 from hpo.study.quiet import quiet_optuna
@@ -121,6 +121,7 @@ def run_one_trial(
     # gc.collect() then walks only the trial's own objects (250 ms less here) and leaves the pages
     # shared with the forkserver unwritten (docs.python.org/3/library/gc.html#gc.freeze).
     gc.freeze()
+    os.setpgrp()  # its own process group: its worker ends it with everything it starts (os.killpg)
     die_with_parent()
     die_with_worker(conn)
     quiet_optuna()
@@ -129,17 +130,23 @@ def run_one_trial(
     study, space = open_hpo_study(open_storage(storage_url, check_schema=False), study_name)
     tickets = tickets_of(study)
     set_sink(conn.send)  # the worker's display shows this trial's progress
+    heartbeat = StartHeartbeat(study)  # this process keeps its trial alive, not the worker
 
     def started(trial_id: int) -> None:
         bind_ticket(study, tickets, serial, trial_id)
+        heartbeat.start(trial_id)
         conn.send(trial_id)  # from now on the worker can pin this process's death on the trial
 
     study.sampler = BindOnStart(sampler_for_ticket(space, serial), on_start=started)
-    study.optimize(
-        GuardedObjective(Objective(space, launched_at=launched_at, reference_dir=reference_dir), worker=worker),
-        n_trials=1,
-        callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
-        gc_after_trial=False,
-        catch=(Exception,),
-    )
+    objective = GuardedObjective(Objective(space, launched_at=launched_at, reference_dir=reference_dir), worker=worker)
+    try:
+        study.optimize(
+            heartbeat.handing_over(objective),
+            n_trials=1,
+            callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
+            gc_after_trial=False,
+            catch=(Exception,),
+        )
+    except ClaimLost:
+        return  # the trial is failed and its ticket pays for another one: exit 0, no trial for the worker
     # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.

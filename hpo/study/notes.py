@@ -11,6 +11,7 @@ trial, but only when `study_note_due`, which keeps its cost per trial flat as th
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 import optuna
@@ -19,6 +20,7 @@ from optuna.trial import FrozenTrial
 from hpo import deps
 from hpo.errors import UserInputError
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
+from hpo.storage.urls import mask_password
 from hpo.study.knob_effects import knob_effects, markdown_table
 from hpo.study.observed import KNOB_NAMES, observed_knob
 from hpo.verdicts import Verdict
@@ -48,6 +50,8 @@ ADVICE = {
     "diverged": "the loss went non-finite: try a lower learning rate, bf16 instead of fp16, or gradient clipping.",
     "mismatch": "the evidence shows a knob ran as something else than asked; the trial is not labelled with it.",
     "crashed": "the trial's process died; it is retried with the same parameters up to `study.max_retries`.",
+    "timeout": "the trial ran longer than `study.trial_timeout_s` and was ended; it is retried with the same "
+    "parameters up to `study.max_retries`. Raise the limit if the trial was merely slow.",
     "error": "the trial raised an error; see the verdict for where it points.",
 }
 
@@ -87,15 +91,25 @@ def study_note(study: optuna.Study) -> str:
 
 
 class DashboardNotes:
-    """Optuna callback writing the notes. Without optuna-dashboard installed it writes none."""
+    """Optuna callback writing the notes. Without optuna-dashboard installed it writes none.
+
+    Notes are best-effort: an error while writing one (the database is briefly unreachable, a
+    lock times out) is reported once on stderr and the note is skipped; it never ends a worker."""
 
     def __init__(self, due: Callable[[int], bool] = study_note_due):
         self.due = due
         self._note = _note_module()
+        self._warned = False
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if self._note is None:
-            return
+        if self._note is not None:
+            self._best_effort(self._write_trial_note, study, trial)
+
+    def update_study_note(self, study: optuna.Study) -> None:
+        if self._note is not None:
+            self._best_effort(lambda: self._note.save_note(study, study_note(study)))
+
+    def _write_trial_note(self, study: optuna.Study, trial: FrozenTrial) -> None:
         storage, study_id, trial_id = storage_of(study), study_id_of(study), trial_id_of(trial)
         # A new trial has no note yet: write version 1 and its chunks without save_note's full read.
         storage.set_study_system_attr(study_id, self._note.note_ver_key(trial_id), 1)
@@ -104,9 +118,19 @@ class DashboardNotes:
         if self.due(trial.number + 1):
             self.update_study_note(study)
 
-    def update_study_note(self, study: optuna.Study) -> None:
-        if self._note is not None:
-            self._note.save_note(study, study_note(study))
+    def _best_effort(self, write: Callable[..., None], *args) -> None:
+        try:
+            write(*args)
+        except Exception as exc:  # noqa: BLE001 - a note is decoration: nothing in it may stop the study
+            if not self._warned:
+                self._warned = True
+                first = mask_password((str(exc).splitlines() or [""])[0][:200])
+                print(
+                    f"hpo: warning: a dashboard note could not be written ({type(exc).__name__}: {first}); "
+                    "the study goes on, some notes may be missing (this warning is shown once)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
 
 def _note_module():

@@ -17,35 +17,37 @@ import threading
 import time
 
 import optuna
+import sqlalchemy.exc
+from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
-from hpo.storage.optuna_compat import storage_of
+from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
-from hpo.study.budget import BindOnStart, ClaimKeeper, bind_ticket
+from hpo.study.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
 from hpo.study.child import GuardedObjective, run_one_trial, sampler_for_ticket
+from hpo.study.deadline import InProcessDeadline, TrialTimeout, timeout_verdict
 from hpo.study.notes import DashboardNotes
 from hpo.study.progress import TrialPrinter, report
+from hpo.study.reference_folders import reference_folder
 from hpo.study.trial_server import start_trial_server
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["ChildTrials", "InProcessTrials", "crash_verdict", "reference_folder", "worker_name"]
+__all__ = ["ChildTrials", "InProcessTrials", "TrialsCannotStart", "crash_verdict", "reference_folder", "worker_name"]
 
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
+# A trial process starts its trial within seconds (it is forked ready to run); one that has not after
+# this long is stuck, and is ended like a process that died before its trial started.
+STARTUP_LIMIT_S = 300
+
+
+class TrialsCannotStart(RuntimeError):
+    """Trial processes keep dying before their trial starts: this worker cannot run trials."""
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def reference_folder(space: SearchSpace) -> tempfile.TemporaryDirectory | None:
-    """The worker's folder for its probes' reference steps (`hpo.verify.compared`), removed when
-    the worker ends; None when the space fixes every systems knob: each model is then probed once,
-    and nothing would read the files."""
-    if all(len(choices) == 1 for choices in space.systems.values()):
-        return None
-    return tempfile.TemporaryDirectory(prefix="hpo-reference-")
 
 
 def _name(folder: tempfile.TemporaryDirectory | None) -> str | None:
@@ -53,6 +55,9 @@ def _name(folder: tempfile.TemporaryDirectory | None) -> str | None:
 
 
 class InProcessTrials:
+    """Run each trial in this process. `study.trial_timeout_s` is enforced by SIGALRM, which ends
+    a Python-level hang but not one inside C code (see `hpo.study.deadline`)."""
+
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.study.objective import Objective  # imports torch
 
@@ -66,29 +71,50 @@ class InProcessTrials:
     def update_study_note(self) -> None:
         self.notes.update_study_note(self.study)
 
+    def close(self) -> None:
+        _remove(self.references)
+
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
+        heartbeat, deadline, bound = StartHeartbeat(self.study), InProcessDeadline(self.space.study.trial_timeout_s), []
+
         def started(trial_id: int) -> None:
             bind_ticket(self.study, self.tickets, serial, trial_id)
+            heartbeat.start(trial_id)
             keeper.bound(trial_id)
+            bound.append(trial_id)
+            deadline.start()
 
         self.study.sampler = BindOnStart(sampler_for_ticket(self.space, serial), on_start=started)
-        self.study.optimize(
-            GuardedObjective(self.objective, worker=worker_name()),
-            n_trials=1,
-            callbacks=self.callbacks,
-            gc_after_trial=True,
-            catch=(Exception,),
-        )
+        objective = deadline.until_return(heartbeat.handing_over(GuardedObjective(self.objective, worker=worker_name())))
+        try:
+            with deadline:
+                self.study.optimize(objective, n_trials=1, callbacks=self.callbacks, gc_after_trial=True, catch=(Exception,))
+        except ClaimLost:
+            return
+        except TrialTimeout:
+            # The trial is still RUNNING (Optuna let the exception through): fail and retry it here.
+            fail_crashed_trial(self.study, bound[0], str(deadline.verdict()))
+            self.notes(self.study, storage_of(self.study).get_trial(bound[0]))
+        except SystemExit:  # SIGTERM (`stop_on_sigterm`), or the workload called sys.exit()
+            _stopped(self.study, bound[0] if bound else None)
+            raise
+        finally:
+            heartbeat.stop()
 
 
 class ChildTrials:
-    """Run each trial in a forkserver child; turn a child's death into a recorded, retried failure.
+    """Run each trial in a forkserver child; turn a child's death, a trial over its time limit or
+    a trial whose heartbeats stopped into a recorded, retried failure, and kill what is left of it.
+    The worker never waits on its child without a limit: it polls, and checks between polls.
+
     The worker writes each trial's dashboard note when its process has ended (a crashed trial gets
     one too): optuna_dashboard, with optuna.importance and scikit-learn, takes 0.85 s to import, here
     once and in a thread while the forkserver starts, rather than in every trial process."""
 
     def __init__(self, study: optuna.Study, storage_url: str, space: SearchSpace, tickets: TicketBudget):
         self.study, self.storage_url, self.tickets = study, storage_url, tickets
+        self.limit_s = space.study.trial_timeout_s
+        self.interval_s, self.grace_s = liveness(storage_of(study))
         self.references = reference_folder(space)
         self.startup_failures = 0
         self._notes: DashboardNotes | None = None
@@ -107,6 +133,9 @@ class ChildTrials:
     def update_study_note(self) -> None:
         self.notes.update_study_note(self.study)
 
+    def close(self) -> None:
+        _remove(self.references)
+
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
@@ -114,43 +143,103 @@ class ChildTrials:
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()
+        exited = False
         try:
-            trial_id = here.recv()  # sent as soon as the trial exists
-        except EOFError:  # the child died before that
-            trial_id = None
-        else:
-            keeper.bound(trial_id)
-            _relay_progress(here)
-        child.join()
-        here.close()
+            trial_id, verdict, exited = self._watch(child, here, keeper)
+        except SystemExit:  # SIGTERM (`stop_on_sigterm`): the retry need not wait for the trial to go stale
+            _end(child, wait_s=0)
+            _stopped(self.study, keeper.trial_id)
+            raise
+        finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
+            _end(child, wait_s=self.grace_s if exited else 0)
+            here.close()
         if trial_id is None:
-            self._no_trial(serial, child.exitcode)
+            self._no_trial(serial, verdict or crash_verdict(child.exitcode), child.exitcode == 0)
             return
         self.startup_failures = 0
-        if child.exitcode != 0:
-            fail_crashed_trial(self.study, trial_id, str(crash_verdict(child.exitcode)))
+        if verdict is None and child.exitcode != 0:
+            verdict = crash_verdict(child.exitcode)
+        if verdict is not None:
+            fail_crashed_trial(self.study, trial_id, str(verdict))
         self.notes(self.study, storage_of(self.study).get_trial(trial_id))
 
-    def _no_trial(self, serial: int, exitcode: int) -> None:
+    def _watch(self, child, conn, keeper: ClaimKeeper) -> tuple[int | None, Verdict | None, bool]:
+        """Relay the child's messages until it exits (True last), or until it is to be ended:
+        it outlived its limit (with the verdict to record), or its trial ended without it."""
+        trial_id, started, checked, ended_at = None, time.monotonic(), time.monotonic(), None
+        wait_s = self.interval_s if self.limit_s is None else min(self.interval_s, self.limit_s)
+        while True:
+            now = time.monotonic()
+            if trial_id is None and now - started > STARTUP_LIMIT_S:
+                return None, Verdict(Kind.CRASHED, f"trial process had not started its trial after {STARTUP_LIMIT_S} s"), False
+            if trial_id is not None and self.limit_s is not None and now - started > self.limit_s:
+                return trial_id, timeout_verdict(self.limit_s, now - started), False
+            if trial_id is not None and now - checked >= self.grace_s:  # a few queries: not every heartbeat
+                checked = now
+                ended_at = ended_at or (now if self._trial_ended(trial_id) else None)
+                if ended_at is not None and now - ended_at > self.grace_s:
+                    return trial_id, None, False  # it failed stale, or it finished and its process hangs on exit
+            if not conn.poll(wait_s):
+                continue
+            try:
+                message = conn.recv()
+            except EOFError:  # the child is exiting
+                return trial_id, None, True
+            if trial_id is None:  # sent as soon as the trial exists: its death is now pinned on the trial
+                trial_id, started, checked = message, time.monotonic(), time.monotonic()
+                keeper.bound(trial_id)
+            else:
+                report(message)  # the child's progress, on this worker's display
+
+    def _trial_ended(self, trial_id: int) -> bool:
+        """Whether the trial is no longer RUNNING, after failing every stale trial of the study,
+        this one included: a trial process that stopped sending heartbeats (hung in C code with
+        the GIL held, say) is failed and retried while its worker lives."""
+        try:
+            recover(self.study, self.tickets)
+            return storage_of(self.study).get_trial(trial_id).state != TrialState.RUNNING
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+            return False  # the database is briefly unreachable: ask again next interval
+
+    def _no_trial(self, serial: int, why: Verdict, clean: bool) -> None:
         self.tickets.release(serial)  # the trial never started: its ticket goes back
+        if clean:  # it found its claim reaped and ended cleanly (`ClaimLost`): not a failure to start
+            return
         self.startup_failures += 1
         if self.startup_failures >= MAX_STARTUP_FAILURES:
-            raise RuntimeError(
+            raise TrialsCannotStart(
                 f"{MAX_STARTUP_FAILURES} trial processes in a row ended before their trial started "
-                f"(last: {crash_verdict(exitcode).detail}); see the errors above, or run `hpo worker --in-process`"
+                f"(last: {why.detail}); see the errors above, or run `hpo worker --in-process`"
             )
 
 
-def _relay_progress(conn) -> None:
-    """Pass the child's progress events to this process's display until the child exits."""
-    while True:
-        try:
-            report(conn.recv())
-        except EOFError:
-            return
+def _end(child, wait_s: float) -> None:
+    """Give a trial process `wait_s` to exit, then kill it with every process it started (it
+    leads its own process group) and reap it: a SIGKILLed process is gone within moments."""
+    child.join(timeout=wait_s)
+    if child.exitcode is None:
+        for kill in (lambda: os.killpg(child.pid, signal.SIGKILL), child.kill):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass  # already gone, or not yet in its own group
+    child.join(timeout=30)
 
 
-def crash_verdict(exitcode: int) -> Verdict:
+def _stopped(study: optuna.Study, trial_id: int | None) -> None:
+    """The worker is stopping under its running trial: fail it and queue its retry now."""
+    if trial_id is not None:
+        fail_crashed_trial(study, trial_id, str(Verdict(Kind.CRASHED, "its worker was stopped (SIGTERM or exit)")))
+
+
+def _remove(folder: tempfile.TemporaryDirectory | None) -> None:
+    if folder is not None:
+        folder.cleanup()
+
+
+def crash_verdict(exitcode: int | None) -> Verdict:
+    if exitcode is None:
+        return Verdict(Kind.CRASHED, "trial process was killed and had not exited 30 s later")
     if exitcode >= 0:
         return Verdict(Kind.CRASHED, f"trial process died (exit code {exitcode})")
     try:

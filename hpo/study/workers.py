@@ -4,11 +4,13 @@ CUDA context cannot touch later trials."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
@@ -20,6 +22,7 @@ from hpo.study.create import open_hpo_study
 from hpo.study.placement import default_workers, visible_gpus
 from hpo.study.progress import MODE_ENV, make_display, set_sink
 from hpo.study.quiet import quiet_optuna
+from hpo.study.reference_folders import remove_orphaned_folders
 from hpo.study.trial_runners import ChildTrials, InProcessTrials
 
 STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
@@ -65,14 +68,25 @@ def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
 
 def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = None, isolate: bool = True) -> int:
     """Claim tickets and run trials until the budget is spent and no trial is left running or
-    starting anywhere (any of them may still die and need a retry). Returns trials run here."""
+    starting anywhere (any of them may still die and need a retry). Returns trials run here.
+    SIGTERM (how Slurm and Kubernetes stop a job) ends it cleanly: `SystemExit(143)` is raised, its
+    trial process is killed, its trial failed and queued for a retry, and its reference folder removed."""
     quiet_optuna()
+    remove_orphaned_folders()  # left by workers on this host that were killed outright
     study, space = open_hpo_study(storage_of(study), study.study_name)  # the space's sampler and pruner
     tickets = require_budget(study)
     claimed, budget = tickets.state()
     set_sink(make_display(budget, claimed, study.directions[0] == optuna.study.StudyDirection.MINIMIZE))
     timeout = timeout if timeout is not None else space.study.timeout
-    run_one = ChildTrials(study, storage_url, space, tickets) if isolate else InProcessTrials(study, space, tickets)
+    with stop_on_sigterm():
+        run_one = ChildTrials(study, storage_url, space, tickets) if isolate else InProcessTrials(study, space, tickets)
+        try:
+            return _claim_and_run(study, tickets, run_one, timeout)
+        finally:
+            run_one.close()
+
+
+def _claim_and_run(study: optuna.Study, tickets, run_one, timeout: float | None) -> int:
     pause = liveness(storage_of(study))[0] / 2
     deadline = None if timeout is None else time.monotonic() + timeout
     ran = 0
@@ -90,3 +104,24 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
     if ran:
         run_one.update_study_note()  # the final knob-effect table, whatever N divides
     return ran
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """While inside, SIGTERM raises SystemExit(143) in the main thread (128 + 15, what a shell
+    reports for it), so every `finally` on the way out runs; a second SIGTERM during that clean-up
+    is ignored. Outside the main thread (a library caller's thread) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -47,9 +47,10 @@ def test_only_unbound_claims_come_back(engine):
     tickets = TicketBudget(engine, "s")
     tickets.create(4)
     assert [tickets.claim() for _ in range(5)] == [1, 2, 3, 4, None]
-    tickets.bind(1)  # its trial exists: the trial's heartbeats protect this ticket now
+    assert tickets.bind(1)  # its trial exists: the trial's heartbeats protect this ticket now
     assert not tickets.release(1)
     assert tickets.release(2) and not tickets.release(2)
+    assert not tickets.bind(2) and not tickets.bind(1)  # a claim given back (or bound) cannot be bound
     assert tickets.state() == (3, 4) and tickets.pending() == 2
     time.sleep(2.1)  # the grace period below, plus 1 s: MySQL's clock answers in whole seconds
     tickets.touch(3)  # its worker is alive, its trial still starting

@@ -26,8 +26,18 @@ SECRET = "s3cret"  # a storage password that must never show
 HEARTBEAT_S, GRACE_S = 1, 3
 
 
-def space_file(tmp_path: Path, n_trials: int, *, max_retries: int = 2, workload: str = "toy_workloads:Toy", **options) -> Path:
-    """A search space whose trials take about a second: a tiny toy model, two steps, fixed knobs."""
+def space_file(
+    tmp_path: Path,
+    n_trials: int,
+    *,
+    max_retries: int = 2,
+    workload: str = "toy_workloads:Toy",
+    trial_timeout_s: float | None = None,
+    optimizer: str | list[str] = "forloop",
+    **options,
+) -> Path:
+    """A search space whose trials take about a second: a tiny toy model, two steps, fixed knobs
+    (unless `optimizer` is a list)."""
     space = {
         "study": {
             "name": STUDY,
@@ -38,6 +48,7 @@ def space_file(tmp_path: Path, n_trials: int, *, max_retries: int = 2, workload:
             "n_trials": n_trials,
             "max_retries": max_retries,
             "skip_slow": False,
+            "trial_timeout_s": trial_timeout_s,
         },
         "workload": {
             "name": workload,
@@ -53,7 +64,7 @@ def space_file(tmp_path: Path, n_trials: int, *, max_retries: int = 2, workload:
         "systems": {
             "precision": "fp32",
             "attention": "eager",
-            "optimizer": "forloop",
+            "optimizer": optimizer,
             "grad_checkpointing": False,
             "compile": False,
             "compile_backend": "eager",
