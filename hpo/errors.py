@@ -24,6 +24,13 @@ class UserInputError(HpoError):
     exit_code = 2
 
 
+class StorageUnreachable(UserInputError):
+    """The storage's server did not answer (refused, unresolvable, timed out): exit 3, so a cluster
+    script can tell "retry later" from "fix the command"."""
+
+    exit_code = 3
+
+
 class KnobUnavailable(HpoError):
     """A systems knob cannot run on this hardware or software stack (an `incompatible` verdict).
 

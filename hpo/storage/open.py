@@ -14,7 +14,7 @@ import optuna
 import sqlalchemy.exc
 from optuna.storages import RDBStorage
 
-from hpo.errors import UserInputError
+from hpo.errors import StorageUnreachable, UserInputError
 from hpo.storage.retry import RetryWithRefund
 from hpo.storage.urls import ensure_sqlite_folder, mask_password
 
@@ -62,9 +62,15 @@ def open_storage(
             )
     # RuntimeError: Optuna found tables of another Optuna version (its message says how to upgrade).
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
-        raise UserInputError(f"storage {mask_password(url)}: {_reason(exc)}") from None
+        raise _storage_error(url, exc) from None
     except optuna.exceptions.StorageInternalError as exc:  # Optuna's wrapper around a database error
-        raise UserInputError(f"storage {mask_password(url)}: {_reason(exc.__cause__ or exc)}") from None
+        raise _storage_error(url, exc.__cause__ or exc) from None
+
+
+def _storage_error(url: str, exc: BaseException) -> UserInputError:
+    reason = _reason(exc)
+    kind = StorageUnreachable if reason.startswith("cannot connect") else UserInputError
+    return kind(f"storage {mask_password(url)}: {reason}")
 
 
 def _seconds_from_env(name: str, default: int) -> int:

@@ -75,6 +75,7 @@ class GuardedObjective:
 
     def __init__(self, objective: Callable[[optuna.Trial], float | list[float]], worker: str):
         self.objective, self.worker = objective, worker
+        self.sticky: BaseException | None = None  # a device error that left this process's device unusable
 
     def __call__(self, trial: optuna.Trial):
         trial.set_user_attr("verdict", UNFINISHED)
@@ -85,6 +86,10 @@ class GuardedObjective:
             raise
         except Exception as exc:
             verdict = exc.verdict if isinstance(exc, TrialError) else error_verdict(exc)
+            from hpo.verify.known_failures import is_sticky_device_error  # imported only on an error
+
+            if is_sticky_device_error(exc.__cause__ or exc):
+                self.sticky = exc
             trial.set_user_attr("verdict", mask_password(str(verdict)))
             trial.set_user_attr("error_traceback", mask_password(short_traceback(exc)))
             print(

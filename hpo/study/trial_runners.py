@@ -85,7 +85,8 @@ class InProcessTrials:
             deadline.start()
 
         self.study.sampler = BindOnStart(sampler_for_ticket(self.space, serial), on_start=started)
-        objective = deadline.until_return(heartbeat.handing_over(GuardedObjective(self.objective, worker=worker_name())))
+        guard = GuardedObjective(self.objective, worker=worker_name())
+        objective = deadline.until_return(heartbeat.handing_over(guard))
         try:
             with deadline:
                 self.study.optimize(objective, n_trials=1, callbacks=self.callbacks, gc_after_trial=True, catch=(Exception,))
@@ -100,6 +101,11 @@ class InProcessTrials:
             raise
         finally:
             heartbeat.stop()
+        if guard.sticky is not None:  # its retry is queued; this process's device cannot run it
+            raise TrialsCannotStart(
+                f"the device is unusable after a sticky error ({guard.sticky}); trial processes (the default, "
+                "without --in-process) replace the process that met one"
+            )
 
 
 class ChildTrials:

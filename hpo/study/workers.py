@@ -23,7 +23,7 @@ from hpo.study.placement import default_workers, visible_gpus
 from hpo.study.progress import MODE_ENV, make_display, set_sink
 from hpo.study.quiet import quiet_optuna
 from hpo.study.reference_folders import remove_orphaned_folders
-from hpo.study.trial_runners import ChildTrials, InProcessTrials
+from hpo.study.trial_runners import ChildTrials, InProcessTrials, TrialsCannotStart
 
 STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
 
@@ -33,7 +33,11 @@ def run_workers(study: optuna.Study, storage_url: str, workers: int | None, time
     Returns how many workers failed."""
     workers = workers or default_workers()
     if workers == 1:
-        run_worker(study, storage_url, timeout=timeout, isolate=isolate)
+        try:
+            run_worker(study, storage_url, timeout=timeout, isolate=isolate)
+        except TrialsCannotStart as exc:  # as `hpo worker` says it: one line, and this worker failed
+            print(f"worker error: {exc}", file=sys.stderr)
+            return 1
         return 0
     cmd = [sys.executable, "-m", "hpo.app.cli", "worker", "--study", study.study_name]
     cmd += ([] if timeout is None else ["--timeout", str(timeout)]) + ([] if isolate else ["--in-process"])

@@ -58,3 +58,19 @@ def test_a_workload_bug_in_every_trial_ends_each_fail_and_the_run_says_none_trai
     assert all(t.user_attrs["verdict"].startswith("error: ValueError: the user's loss divides") for t in found)
     assert "not retried: it ran 2 times (study.max_retries 1)" in run.stderr
     assert known_bad_parts(_study(url)) == set()
+
+
+@pytest.mark.slow
+def test_an_in_process_worker_stops_after_a_sticky_device_error(tmp_path):
+    """A CUDA error that poisons the device fails its trial (no verdict) and queues its retry; the
+    in-process worker cannot replace its own process, so it stops instead of running the retry on
+    a poisoned device."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    space = space_file(tmp_path, n_trials=2, workload=FAULTY, fault="sticky", sticky_attention="eager")
+    run = hpo("run", space, "--storage", url, "--in-process")
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "the device is unusable after a sticky error" in run.stderr
+    found = trials(url)
+    assert [t.state for t in found] == [TrialState.FAIL, TrialState.WAITING]
+    assert found[0].user_attrs["verdict"] == "error: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert known_bad_parts(_study(url)) == set()
