@@ -24,6 +24,8 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "timeseries_classification": "hpo.workloads.timeseries_classification:TimeseriesClassification",
     "causal_lm": "hpo.workloads.causal_lm:CausalLM",
     "causal_lm_lightning": "hpo.workloads.causal_lm_lightning:CausalLMLightning",
+    "hf_text_classification": "hpo.workloads.hf_text_classification:HFTextClassification",
+    "hf_causal_lm": "hpo.workloads.hf_causal_lm:HFCausalLM",
 }
 # Each module defines `Options` (the dataclass the workload class uses) and `METRICS`.
 BUILTIN_OPTIONS: dict[str, str] = {name: f"hpo.workloads.options.{name}" for name in BUILTIN_WORKLOADS}
@@ -63,7 +65,8 @@ def parse_options(name: str, raw: dict[str, Any]) -> WorkloadOptions:
 
 
 def metrics_of(name: str) -> tuple[str, ...]:
-    """The metrics the workload reports (empty when a user workload does not say)."""
+    """The metrics the workload reports (empty when a user workload does not say); a workload may
+    declare them as a tuple of names or as a mapping of name to direction."""
     if name in BUILTIN_OPTIONS:
         return tuple(_import(BUILTIN_OPTIONS[name], name).METRICS)
     return tuple(getattr(resolve_factory(name), "metrics", ()))
