@@ -128,6 +128,7 @@ def hf_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     }
     if w.grad_checkpointing:
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}  # hpo's checkpointing is non-reentrant
+    _current_names(args)
     if w.compile:
         args.update(torch_compile_backend=w.compile_backend, torch_compile_mode=w.compile)
     model = {"attn_implementation": HF_ATTN[w.attention]}
@@ -140,6 +141,20 @@ def hf_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     notes.append("# torch_dtype/dtype: not set; the trial kept float32 weights under autocast")
     notes.append("# weight_decay: the Trainer exempts biases and LayerNorm weights; hpo decayed every parameter")
     return args, model, notes
+
+
+def _current_names(args: dict[str, Any]) -> None:
+    """transformers 5.24 renamed gradient_checkpointing* to activation_checkpointing*: the names the
+    installed TrainingArguments declares are written, so it takes them without a FutureWarning."""
+    import dataclasses as dc
+
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dc.fields(TrainingArguments)}
+    for old in ("gradient_checkpointing", "gradient_checkpointing_kwargs"):
+        new = old.replace("gradient_", "activation_")
+        if old in args and new in fields:
+            args[new] = args.pop(old)
 
 
 def lightning_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
@@ -156,6 +171,12 @@ def lightning_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list
         f"# hpo trial {w.number}, knobs as observed: {_knobs_line(w)}",
         "# optimizer: torch.optim.AdamW(params, **optimizer_kwargs)",
     ]
+    if w.optimizer == "fused" and w.precision != "fp32":
+        del trainer["gradient_clip_val"]  # Lightning refuses it for a fused optimizer under mixed precision
+        notes.append(
+            f"# grad_clip={w.grad_clip}: Lightning's gradient_clip_val refuses a fused optimizer under mixed precision; "
+            f"clip in on_before_optimizer_step: torch.nn.utils.clip_grad_norm_(module.parameters(), {w.grad_clip})"
+        )
     notes.append(
         f"# attention={w.attention}: Lightning has no attention setting; build the model with attn_implementation={HF_ATTN[w.attention]!r}"
     )
