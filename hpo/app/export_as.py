@@ -70,6 +70,11 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
         raise UserInputError(
             f"trial {trial.number}: it ran more than one kernel or dtype ({observed}); no single setting reproduces it"
         )
+    if observed["attention"] not in HF_ATTN:
+        raise UserInputError(
+            f"trial {trial.number}: attention={observed['attention']} has no attn_implementation in transformers "
+            f"(hpo registers its own kernel for it); known: {sorted(HF_ATTN)}"
+        )
     params, systems = config.get("params", {}), config.get("systems", {})
     return Winner(
         number=trial.number,

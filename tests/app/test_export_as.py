@@ -227,3 +227,11 @@ def test_exports_use_the_observed_knobs_not_the_requested_ones(workload, tmp_pat
     ex.export_as(trial, "hf", tmp_path)
     args = json.loads((tmp_path / "training_args.json").read_text())
     assert args["bf16"] is False and args["fp16"] is False
+
+
+def test_every_attention_value_has_an_attn_implementation_or_is_refused(workload):
+    from hpo.knobs.registry import ATTENTION_SPECS
+
+    assert set(ex.HF_ATTN) == set(ATTENTION_SPECS) - {"xformers"}
+    with pytest.raises(UserInputError, match="attention=xformers has no attn_implementation"):
+        ex.winner_of(trial_with({**CASES[0], "attention": "xformers"}, workload))
