@@ -98,15 +98,18 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
 
 def _hf_optim(w: Winner) -> str:
     """transformers' `optim` string for the optimizer path that ran, looked up in its OptimizerNames."""
+    import transformers
     from transformers.training_args import OptimizerNames
 
-    # adamw_torch is torch's default AdamW path: the for-loop on CPU, foreach on CUDA.
-    table = {"fused": "adamw_torch_fused", ("forloop" if w.on_cpu else "foreach"): "adamw_torch"}
+    # adamw_torch is torch's default AdamW path: the for-loop on CPU, foreach on CUDA. transformers 4
+    # named apex's FusedAdam adamw_apex_fused; transformers 5 dropped it.
+    table = {"fused": "adamw_torch_fused", "apex": "adamw_apex_fused", ("forloop" if w.on_cpu else "foreach"): "adamw_torch"}
     name = table.get(w.optimizer)
     if name is None or name not in {o.value for o in OptimizerNames}:
+        why = f"no {name!r} in" if name else "no `optim` string for it in"
         raise UserInputError(
-            f"trial {w.number}: optimizer={w.optimizer} on {w.device} has no `optim` string in transformers' OptimizerNames; "
-            f"export --as python or --as lightning instead"
+            f"trial {w.number}: optimizer={w.optimizer} on {w.device}: transformers {transformers.__version__} has {why} "
+            f"its OptimizerNames; export --as python or --as lightning instead"
         )
     return name
 

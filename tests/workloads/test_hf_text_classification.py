@@ -182,3 +182,21 @@ def test_empty_file_and_differing_label_sets_are_refused(model_dir, files, tmp_p
         UserInputError, match=r"label sets .* \['sport'\] are only in train_file and \['weather'\] only in validation_file"
     ):
         parse_options("hf_text_classification", {**raw, "validation_file": str(other)})
+
+
+def test_a_compiled_model_trains_and_evaluates_batches_of_every_width(model_dir, files, tmp_path):
+    from hpo.config.trial import Knobs, TrainingConfig
+    from hpo.engine.assembly import AssembledModel
+
+    torch._dynamo.reset()
+    workload = create_workload("hf_text_classification", options(model_dir, files, tmp_path))
+    knobs = Knobs(compile="default", precision="fp32", attention="sdpa", optimizer="fused")
+    training = TrainingConfig(lr=1e-3, batch_size=4, max_steps=3, eval_every=3, compile_backend="eager")
+    assembled = AssembledModel(workload, knobs, training, torch.device("cpu"))
+    widths = set()
+    for _, batch in zip(range(3), workload.train_batches(4, seed=0)):
+        widths.add(batch["input_ids"].shape[1])
+        assembled.forward_backward(assembled.move(batch))
+        assembled.optimizer_step()
+    metrics = assembled.evaluate()  # under the executor's rule that a recompile past the limit fails
+    assert set(metrics) == {"val_accuracy", "val_f1", "val_loss"} and assembled.graphs.graphs >= 1
