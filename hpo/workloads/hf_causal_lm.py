@@ -72,7 +72,9 @@ class HFCausalLM(Workload):
                 )
 
     def build_model(self, attention: str) -> nn.Module:
-        model = load_pretrained("AutoModelForCausalLM", self.options.model_name_or_path, attention, self.options.seed)
+        model = load_pretrained(
+            "AutoModelForCausalLM", self.options.model_name_or_path, attention, self.options.seed, self.options.overrides()
+        )
         positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
         if positions is not None and self.options.block_size > positions:
             raise UserInputError(f"workload.block_size: {self.options.block_size} exceeds the model's {positions} positions")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpo.errors import KnobUnavailable
+from hpo.errors import KnobUnavailable, UserInputError
 from hpo.workloads.options.hf_files import force_offline
 from hpo.workloads.text_classification import _hf_attention, _own_weights, _quiet_transformers
 
@@ -47,7 +47,7 @@ def load_tokenizer(path: str):
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
-def load_pretrained(auto_class: str, path: str, attention: str, seed: int, **config: Any) -> nn.Module:
+def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overrides: dict[str, Any], **config: Any) -> nn.Module:
     """`transformers.<auto_class>.from_pretrained(path)` with the trial's attention. A value the model
     class refuses (no SDPA support, flash-attn missing) is an `incompatible` verdict, never a
     fallback; so is a model that came back with another implementation than the one asked for."""
@@ -56,6 +56,12 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, **con
     import transformers
 
     cls = getattr(transformers, auto_class)
+    if overrides:
+        loaded = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+        unknown = sorted(k for k in overrides if not hasattr(loaded, k))
+        if unknown:
+            raise UserInputError(f"workload.config_overrides: {unknown} are not attributes of the config in {path!r}")
+        config = {**config, **overrides}
     with _quiet_transformers(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # new heads are drawn from a forked RNG: same seed, same model
         try:

@@ -93,6 +93,7 @@ class HFTextClassification(Workload):
             self.options.model_name_or_path,
             attention,
             self.options.seed,
+            self.options.overrides(),
             num_labels=len(names),
             id2label=dict(enumerate(names)),
             label2id={n: i for i, n in enumerate(names)},

@@ -200,3 +200,13 @@ def test_a_compiled_model_trains_and_evaluates_batches_of_every_width(model_dir,
         assembled.optimizer_step()
     metrics = assembled.evaluate()  # under the executor's rule that a recompile past the limit fails
     assert set(metrics) == {"val_accuracy", "val_f1", "val_loss"} and assembled.graphs.graphs >= 1
+
+
+def test_config_overrides_change_the_loaded_config_and_unknown_keys_are_one_line(model_dir, files, tmp_path):
+    raw = options(model_dir, files, tmp_path, config_overrides={"hidden_dropout_prob": 0.3})
+    model = create_workload("hf_text_classification", raw).build_model("eager")
+    assert model.config.hidden_dropout_prob == 0.3
+    with pytest.raises(UserInputError, match=r"config_overrides: \['hiden_dropout'\] are not attributes"):
+        create_workload("hf_text_classification", {**raw, "config_overrides": {"hiden_dropout": 0.3}}).build_model("eager")
+    with pytest.raises(UserInputError, match="config_overrides: must be a mapping"):
+        parse_options("hf_text_classification", {**raw, "config_overrides": [1, 2]})

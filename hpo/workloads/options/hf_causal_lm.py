@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from hpo.workloads.options import WorkloadOptions
-from hpo.workloads.options.hf_files import TEXT_SUFFIXES, check_columns, check_local_model, read_table
+from hpo.workloads.options.hf_files import TEXT_SUFFIXES, check_columns, check_local_model, check_overrides, read_table
 
 __all__ = ["METRICS", "HFCausalLMOptions", "Options"]
 
@@ -26,8 +27,15 @@ class HFCausalLMOptions(WorkloadOptions):
     block_size: int = 128  # tokens per training sequence; the texts are joined and cut into blocks
     eval_batches: int = 8  # validation blocks scored: at most eval_batches x 16
     cache_dir: str | None = None  # tokenized data; default $HPO_CACHE_DIR or ~/.cache/hpo/tokenized
+    # Config attributes to change when loading, as run_clm.py's --config_overrides: e.g.
+    # {attention_probs_dropout_prob: 0.0} (with attention dropout, CPU SDPA runs only its math kernel).
+    config_overrides: Any = None
+
+    def overrides(self) -> dict[str, Any]:
+        return dict(self.config_overrides or ())
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "config_overrides", check_overrides(self.config_overrides))
         for name in ("block_size", "eval_batches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

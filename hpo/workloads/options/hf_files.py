@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILDERS", "check_columns", "check_local_model", "force_offline", "read_table", "sorted_labels"]
+__all__ = ["BUILDERS", "check_columns", "check_overrides", "check_local_model", "force_offline", "read_table", "sorted_labels"]
 
 # File suffix -> the `datasets` packaged builder that reads it.
 BUILDERS: dict[str, str] = {
@@ -94,6 +94,17 @@ def check_columns(key: str, value: str, table: Any, columns: dict[str, str | Non
     for option, column in columns.items():
         if column is not None and column not in table.column_names:
             raise ValueError(f"{option}: column {column!r} is not in {key} {value!r}, which has columns {table.column_names}")
+
+
+def check_overrides(value: Any) -> tuple[tuple[str, Any], ...] | None:
+    """config_overrides as sorted (key, value) pairs, so the options stay hashable."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        value = dict(value)
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"config_overrides: must be a mapping of config attribute to value, but got {value!r}")
+    return tuple(sorted(value.items()))
 
 
 def sorted_labels(values: Sequence[Any]) -> tuple[Any, ...]:

@@ -7,9 +7,10 @@ labels that differ between train and validation before any trial runs."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from hpo.workloads.options import WorkloadOptions
-from hpo.workloads.options.hf_files import check_columns, check_local_model, read_table, sorted_labels
+from hpo.workloads.options.hf_files import check_columns, check_local_model, check_overrides, read_table, sorted_labels
 
 __all__ = ["METRICS", "HFTextClassificationOptions", "Options"]
 
@@ -27,8 +28,15 @@ class HFTextClassificationOptions(WorkloadOptions):
     label_column: str = "label"
     max_length: int = 128  # texts are truncated to this many tokens; batches pad to their longest
     cache_dir: str | None = None  # tokenized data; default $HPO_CACHE_DIR or ~/.cache/hpo/tokenized
+    # Config attributes to change when loading, as run_clm.py's --config_overrides: e.g.
+    # {attention_probs_dropout_prob: 0.0} (with attention dropout, CPU SDPA runs only its math kernel).
+    config_overrides: Any = None
+
+    def overrides(self) -> dict[str, Any]:
+        return dict(self.config_overrides or ())
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "config_overrides", check_overrides(self.config_overrides))
         if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2:
             raise ValueError(f"max_length: must be an integer >= 2, but got {self.max_length!r}")
         check_local_model("model_name_or_path", self.model_name_or_path)
