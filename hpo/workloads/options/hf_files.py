@@ -36,10 +36,9 @@ def check_local_model(key: str, value: str) -> Path:
     path = Path(value).expanduser()
     if not path.is_dir() or not (path / "config.json").is_file():
         what = "has no config.json" if path.is_dir() else "is not a local folder"
-        raise ValueError(
-            f"{key}: {value!r} {what}; hpo downloads nothing, so pass a local checkpoint folder "
-            f"(one written by save_pretrained, e.g. `huggingface-cli download ID --local-dir DIR` run beforehand)"
-        )
+        example = path.parent.name == "hf-example"  # the shipped examples' inputs are written first
+        how = f"`python -m hpo.workloads.hf_examples {path.parent}` writes it" if example else "one written by save_pretrained"
+        raise ValueError(f"{key}: {value!r} {what}; hpo downloads nothing, so pass a local checkpoint folder ({how})")
     return path
 
 
