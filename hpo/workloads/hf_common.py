@@ -84,9 +84,12 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overr
 
 def checkpoint_layers(model: nn.Module) -> Sequence[nn.Module]:
     """The layers transformers' own `gradient_checkpointing_enable` would recompute: every
-    `GradientCheckpointingLayer`. hpo wraps these same layers itself (non-reentrant, as transformers
-    does), so the executor counts each recomputation as evidence. None for a model that has none:
-    then checkpointing is observed off, and a trial that asked for it is a mismatch."""
+    `GradientCheckpointingLayer`. hpo wraps these same layers itself with the same non-reentrant
+    `torch.utils.checkpoint`, so the executor counts each recomputation as evidence. The model's own
+    switch is not used: it recomputes only in train mode, and hpo's probe verifies the knob on a
+    compared step in eval mode (dropout off), where it would be observed off. None for a model
+    without such layers: checkpointing is then observed off, and a trial that asked for it is a
+    mismatch."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     if not getattr(model, "supports_gradient_checkpointing", False):
