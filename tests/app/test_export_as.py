@@ -3,23 +3,17 @@ the trial was observed to run; the evidence comes from their own training step, 
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import optuna
 import pytest
 import torch
+from hf_evidence import count_recomputation, examples, observe, pinned, run_hf_trainer
 from hf_fixtures import tiny_bert, topic_files
-from torch.profiler import ProfilerActivity, profile
 
 from hpo.app import export_as as ex
 from hpo.errors import UserInputError
-from hpo.evidence.capture import ops_seen
-from hpo.evidence.dispatch import MatmulDtypeRecorder
-from hpo.evidence.observe import StepEvidence, observed_knobs
-from hpo.knobs.checkpointing import RecomputeCounter
 from hpo.trial.lightning_loop import _closure_first
-from hpo.workloads.hf_common import checkpoint_layers
 from hpo.workloads.registry import create_workload
 
 CASES = [
@@ -64,63 +58,15 @@ def trial_with(observed: dict, workload, number: int = 3) -> optuna.trial.Frozen
     return trial
 
 
-def observe(run) -> dict:
-    """Knobs observed from the step(s) `run()` performs, with hpo's own evidence code."""
-    ev = StepEvidence()
-    recorder = MatmulDtypeRecorder()
-    with profile(activities=[ProfilerActivity.CPU]) as prof, recorder:
-        optimizer = run()
-    ev.profiler_ops, ev.optimizer_ops = ops_seen(prof, inside="Optimizer.step#")
-    ev.matmul_dtypes, ev.attention_dtypes = recorder.dtypes, recorder.attention_dtypes
-    ev.optimizer_module = type(optimizer).__module__
-    return observed_knobs(ev)
-
-
-def count_recomputation(model) -> RecomputeCounter:
-    """Count the forwards of the layers' inner modules, in forward and again inside backward. The
-    inner modules: transformers 5 checkpoints a layer inside its class's own forward, around the
-    original one, so a wrapper on the layer itself would not see the recomputation."""
-    counter = RecomputeCounter()
-    for layer in checkpoint_layers(model):
-        first = next(iter(layer.children()))
-        first.register_forward_pre_hook(lambda module, args: counter.record())
-    return counter
-
-
-def pinned(w: ex.Winner):
-    """What NOTES.txt tells the user to wrap training in when the trial ran a pinned SDPA kernel."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel(getattr(SDPBackend, w.sdpa_kernel)) if w.sdpa_kernel else contextlib.nullcontext()
-
-
-def examples(workload) -> list[dict]:
-    batch = workload.batch("train", torch.arange(len(workload.data["train"]["labels"])))
-    return [{k: v[i] for k, v in batch.items()} for i in range(len(batch["labels"]))]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("knobs", CASES, ids=lambda k: k["precision"])
 def test_the_hf_trainer_built_from_the_export_runs_the_observed_knobs(knobs, workload, tmp_path):
-    from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
-
     trial = trial_with(knobs, workload)
     ex.export_as(trial, "hf", tmp_path / "out")
     training_args = json.loads((tmp_path / "out" / "training_args.json").read_text())
-    model_kwargs = json.loads((tmp_path / "out" / "model_kwargs.json").read_text())
     assert training_args["optim"] == {"forloop": "adamw_torch", "fused": "adamw_torch_fused"}[knobs["optimizer"]]
-    args = TrainingArguments(**{**training_args, "output_dir": str(tmp_path / "trainer"), "max_steps": 1})
+    seen, recompute, args = run_hf_trainer(tmp_path / "out", workload, tmp_path / "trainer", ex.winner_of(trial))
     assert args.bf16 == (knobs["precision"] == "bf16") and args.gradient_checkpointing == knobs["grad_checkpointing"]
-    model = AutoModelForSequenceClassification.from_pretrained(workload.options.model_name_or_path, num_labels=2, **model_kwargs)
-    trainer = Trainer(model=model, args=args, train_dataset=examples(workload))
-    recompute = count_recomputation(model)
-
-    def run():
-        with pinned(ex.winner_of(trial)):
-            trainer.train()
-        return trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
-
-    seen = observe(run)
     for knob in ("precision", "attention", "optimizer"):
         assert seen[knob] == knobs[knob], (knob, seen)
     # The Trainer turned the model's own checkpointing on (or left it off): layers recomputed in backward.

@@ -82,9 +82,18 @@ def test_run_then_export_as_hf_reproduces_the_observed_knobs(tmp_path):
     assert args["optim"] == "adamw_torch_fused" and args["bf16"] is False and args["max_steps"] == 3
     assert json.loads((tmp_path / "out" / "model_kwargs.json").read_text()) == {"attn_implementation": "sdpa"}
     assert "SDPBackend.FLASH_ATTENTION" in (tmp_path / "out" / "NOTES.txt").read_text()
-    from transformers import TrainingArguments
+    # The user's own Trainer, built from those files, runs what the trial was observed to run.
+    from hf_evidence import run_hf_trainer
 
-    assert TrainingArguments(**args).optim == "adamw_torch_fused"
+    from hpo.app.export_as import winner_of
+    from hpo.workloads.registry import create_workload
+
+    workload = create_workload("hf_text_classification", {**_options(path, tmp_path)})
+    seen, recompute, targs = run_hf_trainer(tmp_path / "out", workload, tmp_path / "trainer", winner_of(trial))
+    assert targs.optim == "adamw_torch_fused"
+    for knob in ("precision", "attention", "optimizer"):
+        assert seen[knob] == observed[knob], (knob, seen, observed)
+    assert recompute.backward_runs > 0  # checkpointing: the Trainer's step recomputed the layers
 
     snippet = hpo("export", "--study", "hf", "--storage", storage, "--as", "python", cwd=tmp_path)
     assert snippet.returncode == 0 and "fused=True" in snippet.stdout
@@ -99,3 +108,12 @@ def test_export_as_refuses_a_trial_without_observed_knobs(tmp_path):
     result = hpo("export", "--study", "x", "--storage", storage, "--trial", "0", "--as", "hf", "-o", "out", cwd=tmp_path)
     assert result.returncode == 2 and "no evidence for" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def _options(path: Path, folder: Path) -> dict:
+    """The space file's workload options, with its relative paths made absolute."""
+    raw = yaml.safe_load(path.read_text())["workload"]
+    options = {k: v for k, v in raw.items() if k not in ("name", "max_steps", "eval_every")}
+    for key in ("model_name_or_path", "train_file", "validation_file", "cache_dir"):
+        options[key] = str(folder / options[key])
+    return options
