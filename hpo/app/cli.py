@@ -125,6 +125,10 @@ def cmd_export(args) -> int:
 
     output = None if args.top is not None else _output_file(args.output)
     study = open_study(args.study, _storage(args, args.study))
+    if args.as_format != "yaml":
+        return _export_as(args, study)
+    if args.output is None:
+        raise UserInputError("-o FILE.yaml (or a folder with --top) is required")
     if args.top is not None:
         for trial, path in export_top(study, args.top, Path(args.output)):
             print(f"trial {trial.number} config written to {path}")
@@ -132,6 +136,23 @@ def cmd_export(args) -> int:
     trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
     export_config(trial, output)
     print(f"trial {trial.number} config written to {args.output}")
+    return 0
+
+
+def _export_as(args, study) -> int:
+    from hpo.app.export_as import export_as
+    from hpo.app.pick import fastest_within
+    from hpo.app.reuse import find_trial
+
+    if args.top is not None:
+        raise UserInputError(f"--top exports hpo configs; --as {args.as_format} writes one trial (--trial N or --within PCT)")
+    trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
+    result = export_as(trial, args.as_format, Path(args.output) if args.output else None)
+    if isinstance(result, str):
+        print(result, end="")
+        return 0
+    for path in result:
+        print(f"trial {trial.number} as {args.as_format}: {path}")
     return 0
 
 

@@ -60,7 +60,16 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     which.add_argument("--trial", type=int, help="trial number (default: best)")
     which.add_argument("--within", type=float, metavar="PCT", help=within_help)
     which.add_argument("--top", type=int, metavar="K", help="the K best trials (the Pareto front first), as DIR/trial-N.yaml")
-    p.add_argument("-o", "--output", required=True, help="a file, or a folder with --top")
+    p.add_argument(
+        "--as",
+        dest="as_format",
+        choices=["yaml", "hf", "lightning", "python"],
+        default="yaml",
+        help="yaml: an hpo config (default); hf: training_args.json + model_kwargs.json for the Hugging Face "
+        "Trainer; lightning: Trainer and optimizer kwargs; python: a plain-loop snippet (printed without -o). "
+        "Each reproduces the knobs the trial was observed to run",
+    )
+    p.add_argument("-o", "--output", help="a file, or a folder with --top, --as hf or --as lightning")
     p = add("probe", commands["probe"], "probe every knob combination of a space here, ranked by throughput (no training)")
     p.add_argument("space")
     storage_args(p, study_required=False)

@@ -25,6 +25,8 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "timeseries_classification": "hpo.workloads.timeseries_classification:TimeseriesClassification",
     "causal_lm": "hpo.workloads.causal_lm:CausalLM",
     "causal_lm_lightning": "hpo.workloads.causal_lm_lightning:CausalLMLightning",
+    "hf_text_classification": "hpo.workloads.hf_text_classification:HFTextClassification",
+    "hf_causal_lm": "hpo.workloads.hf_causal_lm:HFCausalLM",
 }
 DIRECTIONS = ("minimize", "maximize")
 # Each module defines `Options` (the dataclass the workload class uses) and `METRICS`.
