@@ -123,12 +123,15 @@ def cmd_export(args) -> int:
     from hpo.app.pick import fastest_within
     from hpo.app.reuse import export_config, export_top, find_trial, open_study
 
-    output = None if args.top is not None else _output_file(args.output)
+    if args.as_format == "yaml" and args.output is None:
+        raise UserInputError("-o FILE.yaml (or a folder with --top) is required")
+    # Checked before the study is opened: nothing is read or written for a bad -o.
+    output = _output_file(args.output) if args.as_format == "yaml" and args.top is None else None
+    if args.as_format != "yaml" and args.output is not None and not Path(args.output).parent.is_dir():
+        raise UserInputError(f"-o {args.output}: folder {Path(args.output).parent} does not exist; create it first")
     study = open_study(args.study, _storage(args, args.study))
     if args.as_format != "yaml":
         return _export_as(args, study)
-    if args.output is None:
-        raise UserInputError("-o FILE.yaml (or a folder with --top) is required")
     if args.top is not None:
         for trial, path in export_top(study, args.top, Path(args.output)):
             print(f"trial {trial.number} config written to {path}")

@@ -16,8 +16,21 @@ SHIPPED = sorted((Path(__file__).resolve().parents[2] / "search_spaces").glob("*
 MINIMAL = {"workload": {"name": "causal_lm"}}
 
 
+@pytest.fixture(scope="module")
+def hf_examples(tmp_path_factory) -> Path:
+    """The shipped Hugging Face spaces name local folders that `python -m hpo.workloads.hf_examples`
+    writes (nothing ships a checkpoint in the repo): written once here, as a user would."""
+    from hpo.workloads.hf_examples import write_examples
+
+    root = tmp_path_factory.mktemp("hf")
+    write_examples(root / "studies" / "hf-example")
+    return root
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_every_shipped_search_space_validates(path):
+def test_every_shipped_search_space_validates(path, request, monkeypatch):
+    if path.name.startswith("hf_"):
+        monkeypatch.chdir(request.getfixturevalue("hf_examples"))  # their paths are relative to where hpo runs
     space = load_space(path)
     assert space.study.n_trials >= 1 and space.systems["precision"]
 
