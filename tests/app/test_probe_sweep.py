@@ -19,7 +19,15 @@ from hpo.verify.cache import StudyVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {
-    "study": {"name": "sweep", "sampler": {"name": "tpe", "seed": 0}, "pruner": {"name": "none"}, "n_trials": 4},
+    # skip_slow off: this file is about ranking and seeding; a loaded machine must not turn a tiny
+    # model's noisy timing into a slow verdict here (the slow proof has tests of its own).
+    "study": {
+        "name": "sweep",
+        "sampler": {"name": "tpe", "seed": 0},
+        "pruner": {"name": "none"},
+        "n_trials": 4,
+        "skip_slow": False,
+    },
     # overflow pushes activations past fp16's range: fp16 is incompatible whatever else is chosen.
     "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2, "overflow": 1.0e5, "n_blocks": 2},
     "params": {"lr": {"low": 1.0e-4, "high": 1.0e-2, "log": True}, "batch_size": {"low": 8, "high": 24, "step": 8}},
