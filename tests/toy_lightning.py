@@ -27,9 +27,10 @@ class ToyModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         tokens, labels = batch
         loss = F.cross_entropy(self.net(tokens).float(), labels)
-        if self.options.nan_at_step == self.steps:
-            loss = loss * float("nan")
-        self.steps += 1
+        if self.training:  # Lightning's training steps; the probe's compared step runs in eval mode
+            if self.options.nan_at_step == self.steps:
+                loss = loss * float("nan")
+            self.steps += 1
         return loss
 
     def validation_step(self, batch, batch_idx):

@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import torch
@@ -105,6 +106,18 @@ def _callback_class():
             self.step_times, self.samples, self.history, self.observed = [], 0, [], {}
             self.train_s, self.reached = 0.0, None  # training time as hpo's loop counts it
             self._capture, self._start = None, 0.0
+
+        @contextlib.contextmanager
+        def capture_closed(self) -> Iterator[None]:
+            """However fit ends, the evidence capture is closed: a step that raises between its
+            batch start and end would otherwise leave the profiler and the dtype recorder running
+            for the rest of the process (every later trial of an in-process worker)."""
+            try:
+                yield
+            finally:
+                if self._capture is not None:
+                    capture, self._capture = self._capture, None
+                    capture.__exit__(None, None, None)
 
         def on_fit_start(self, trainer, pl_module) -> None:
             self.view.optimizer = trainer.optimizers[0]
@@ -210,7 +223,7 @@ def train_lightning(
         )  # fmt: skip
         # The SDPA kernel is pinned as in hpo's loop (engine/assembly.py), so SDPA raises rather than
         # quietly dispatching another kernel, in training and in every validation.
-        with pinned_kernel(knobs.attention):
+        with pinned_kernel(knobs.attention), callback.capture_closed():
             trainer.fit(fitted, train_loader, val_loader)
             if not callback.history or callback.history[-1][0] != trainer.global_step:
                 trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step

@@ -116,3 +116,27 @@ def test_two_trial_lightning_study_exports_and_retrains_through_lightning(tmp_pa
     result = json.loads(train.stdout)
     assert result["user_attrs"]["trainer"] == "lightning"
     assert result["values"][0] == pytest.approx(best.value, rel=1e-6)
+
+
+def test_a_step_that_raises_inside_the_evidence_capture_leaves_no_profiler_running():
+    """Step 0 is the profiled one; its NaN loss raises between the batch's start and end. The
+    profiler and the dtype recorder must stop as the trial raises, not whenever the garbage
+    collector reaches the capture (the exception's frames keep it alive meanwhile), or the next
+    trial of the process would run under them."""
+    import torch
+
+    from hpo.errors import TrialRejected
+    from hpo.trial.lightning_loop import train_lightning
+    from hpo.workloads.registry import create_workload
+
+    config = _config("toy_lightning:ToyLightning", {**TOY, "nan_at_step": 0}, Knobs())
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    try:
+        train_lightning(workload, config, torch.device("cpu"))
+    except TrialRejected as exc:  # the exception, and every frame it holds, is alive here
+        assert str(exc.verdict).startswith("diverged: step 0"), str(exc.verdict)
+        assert not torch.autograd.profiler._is_profiler_enabled
+        assert torch._C._len_torch_dispatch_stack() == 0
+    else:
+        raise AssertionError("a NaN loss at the profiled step must end the trial")
