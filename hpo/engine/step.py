@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from hpo.engine.assembly import AssembledModel
+from hpo.knobs.optimizers import clear_grads
 from hpo.workloads.base import Batch
 
 __all__ = ["NonFiniteLoss", "run_step"]
@@ -29,7 +30,7 @@ def run_step(assembled: AssembledModel, batch: Batch, step: int, *, update: bool
     `update` the gradients are left on the parameters (the probe compares them)."""
     loss = assembled.forward_backward(batch)
     if not torch.isfinite(loss):
-        assembled.optimizer.zero_grad(set_to_none=True)  # no update from a non-finite step
+        clear_grads(assembled.optimizer)  # no update from a non-finite step
         raise NonFiniteLoss(step, loss.item())
     if update:
         assembled.optimizer_step()
