@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import re
 from types import ModuleType
 
 from hpo.errors import KnobUnavailable, UserInputError
@@ -47,11 +48,8 @@ def flash_attn() -> ModuleType:
 
 
 def _release(version: str) -> tuple[int, ...]:
-    """(2, 8, 3) from "2.8.3", "2.8.3.post1" or "2.8.3+cu12torch2.7"."""
-    parts = []
-    for part in version.split("+")[0].split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        parts.append(int(digits) if digits else 0)
+    """(2, 8, 3) from "2.8.3", "2.8.3.post1" or "2.8.3+cu12torch2.7"; (2, 8, 0) from "2.8.0rc1"."""
+    parts = [int(m.group()) if (m := re.match(r"\d+", part)) else 0 for part in version.split("+")[0].split(".")[:3]]
     return tuple(parts + [0] * (3 - len(parts)))
 
 
