@@ -142,3 +142,16 @@ def test_probe_blames_exactly_flash_attn_with_fp32(gpu_fakes):
     result = _probe(Knobs(precision="fp32", attention="flash_attn", optimizer="fused"))
     assert result.verdict.kind is Kind.INCOMPATIBLE
     assert dict(result.verdict.implicates) == {"attention": "flash_attn", "precision": "fp32"}
+
+
+@pytest.mark.parametrize("s", [5, 8])
+def test_xformers_takes_a_padding_mask_as_an_aligned_additive_bias(gpu_fakes, s):
+    """A boolean mask has no finfo: xformers' alignment check would raise on it. hpo converts it."""
+    q, k, v = _qkv(s=s)
+    keep = torch.ones(2, 1, 1, s, dtype=torch.bool)
+    keep[0, ..., -2:] = False  # the first sequence's last two tokens are padding
+    got = attention_function("xformers")(q, k, v, attn_mask=keep)
+    expected = eager_attention(*(t.float() for t in (q, k, v)), attn_mask=keep)
+    torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=2e-2)
+    with pytest.raises(TypeError):  # what the real alignment check does with a boolean tensor
+        deps.xformers_ops().memory_efficient_attention(*(t.transpose(1, 2) for t in (q, k, v)), attn_bias=keep.expand(2, 2, s, s))
