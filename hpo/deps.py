@@ -76,7 +76,7 @@ def xformers_ops() -> ModuleType:
     return module
 
 
-# apex's README (NVIDIA/apex HEAD, 2026-11), from a clone of github.com/NVIDIA/apex.
+# apex's README (NVIDIA/apex HEAD 6424da3, 2026-07-08), from a clone of github.com/NVIDIA/apex.
 APEX_INSTALL = (
     "git clone https://github.com/NVIDIA/apex && cd apex && APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install -v --no-build-isolation ."
 )

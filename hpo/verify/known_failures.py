@@ -61,12 +61,12 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         name="flash_attn_dtype", types=_RUNTIME, knob="attention", with_precision=True,
         pattern=r"FlashAttention only supports? fp16 and bf16 data type",
-        source="flash-attention csrc/flash_attn/flash_api.cpp (v2.7.1-v2.8.4)",
+        source="flash-attention csrc/flash_attn/flash_api.cpp (read at v2.7.0 and v2.8.3.post1)",
     ),
     KnownFailure(
         name="flash_attn_arch", types=_RUNTIME, knob="attention",
         pattern=r"FlashAttention only supports Ampere GPUs or newer",
-        source="flash-attention csrc/flash_attn/flash_api.cpp (v2.7.1-v2.8.4)",
+        source="flash-attention csrc/flash_attn/flash_api.cpp (read at v2.7.0 and v2.8.3.post1)",
     ),
     # xformers' dispatcher found no operator for these inputs (device, dtype, bias, head dim).
     KnownFailure(
@@ -95,18 +95,18 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         name="apex_fused_adam_dtype", types=_RUNTIME, knob="optimizer",
         pattern=r"FusedAdam only support (fp16, bf16 and fp32|fp16/bf16 and fp32|fp16 and fp32)",
-        source="apex apex/optimizers/fused_adam.py (HEAD, 2026-11)",
+        source="apex apex/optimizers/fused_adam.py (HEAD 6424da3, 2026-07-08)",
     ),
     KnownFailure(
         name="apex_fused_adam_sparse", types=_RUNTIME, knob="optimizer",
         pattern=r"FusedAdam does not support sparse gradients",
-        source="apex apex/optimizers/fused_adam.py (HEAD, 2026-11)",
+        source="apex apex/optimizers/fused_adam.py (HEAD 6424da3, 2026-07-08)",
     ),
     # apex's `def zero_grad(self):` takes no argument; a caller passing set_to_none cannot use apex.
     KnownFailure(
         name="apex_zero_grad_signature", types=("TypeError",), knob="optimizer",
         pattern=r"FusedAdam\.zero_grad\(\) got an unexpected keyword argument 'set_to_none'",
-        source="apex apex/optimizers/fused_adam.py FusedAdam.zero_grad (HEAD, 2026-11)",
+        source="apex apex/optimizers/fused_adam.py FusedAdam.zero_grad (HEAD 6424da3, 2026-07-08)",
     ),
 )  # fmt: skip
 

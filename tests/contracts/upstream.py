@@ -135,7 +135,7 @@ OPTIMIZER_OPS: dict[str, dict[str, frozenset[str]]] = {
         "first": frozenset({"aten::add_", "aten::lerp_", "aten::mul_", "aten::addcmul_", "aten::sqrt", "aten::zeros_like"}),
         "later": frozenset({"aten::add_", "aten::lerp_", "aten::mul_", "aten::addcmul_", "aten::sqrt", "aten::addcdiv_"}),
     },
-    # apex apex/optimizers/fused_adam.py (HEAD, 2026-11): state is created with torch.zeros_like on
+    # apex apex/optimizers/fused_adam.py (HEAD 6424da3, 2026-07-08): state is created with torch.zeros_like on
     # the first step; every step launches amp_C.multi_tensor_adam through multi_tensor_applier,
     # which the profiler does not record as an op. A later step shows no op at all.
     "apex": {
@@ -160,7 +160,7 @@ MESSAGES = {
     ),
     # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp select_sdp_backend (torch 2.13).
     "sdpa_cuda_no_available_kernel": ("RuntimeError", "No available kernel. Aborting execution."),
-    # flash-attention csrc/flash_attn/flash_api.cpp mha_fwd (v2.7.1-v2.8.4).
+    # flash-attention csrc/flash_attn/flash_api.cpp mha_fwd (read at v2.7.0 and v2.8.3.post1).
     "flash_attn_dtype": ("RuntimeError", "FlashAttention only support fp16 and bf16 data type"),
     "flash_attn_arch": ("RuntimeError", "FlashAttention only supports Ampere GPUs or newer."),
     # xformers xformers/ops/fmha/dispatch.py _ensure_op_supports_or_raise / _run_priority_list (v0.0.35).
@@ -183,9 +183,9 @@ MESSAGES = {
     ),
     # torch/optim/adam.py Adam.__init__ (torch 2.13).
     "torch_fused_optimizer_flags": ("RuntimeError", "`fused` and `foreach` cannot be `True` together."),
-    # apex apex/optimizers/fused_adam.py FusedAdam.step (HEAD, 2026-11; older releases say
-    # "FusedAdam only support fp16 and fp32.").
-    "apex_fused_adam_dtype": ("RuntimeError", "FusedAdam only support fp16, bf16 and fp32."),
+    # apex apex/optimizers/fused_adam.py FusedAdam.step (HEAD 6424da3, 2026-07-08; some forks say
+    # "FusedAdam only support fp16, bf16 and fp32.", matched too).
+    "apex_fused_adam_dtype": ("RuntimeError", "FusedAdam only support fp16 and fp32."),
     "apex_fused_adam_sparse": (
         "RuntimeError",
         "FusedAdam does not support sparse gradients, please consider SparseAdam instead",

@@ -1,4 +1,4 @@
-"""A CPU reference of NVIDIA apex's FusedAdam (apex/optimizers/fused_adam.py, HEAD 2026-11) and its
+"""A CPU reference of NVIDIA apex's FusedAdam (apex/optimizers/fused_adam.py, HEAD 6424da3, 2026-07-08) and its
 amp_C extension. What matters to hpo, kept as upstream has it:
 - `def zero_grad(self):` takes no argument (and sets the grads to None by default);
 - the state is created with aten ops on the first step only; every step then launches
@@ -78,7 +78,7 @@ class FusedAdam(torch.optim.Optimizer):
                 if p.grad.is_sparse:
                     raise RuntimeError("FusedAdam does not support sparse gradients, please consider SparseAdam instead")
                 if p.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-                    raise RuntimeError("FusedAdam only support fp16, bf16 and fp32.")
+                    raise RuntimeError("FusedAdam only support fp16 and fp32.")
                 state = self.state[p]
                 if not state:  # first step: the only aten ops apex runs
                     state["exp_avg"] = torch.zeros_like(p)

@@ -1,5 +1,5 @@
 """A CPU reference of flash-attention 2.7-2.8's public entry point, with its real signature, checks
-and profiler names: flash_attn/flash_attn_interface.py (v2.8.4) registers the torch.library custom
+and profiler names: flash_attn/flash_attn_interface.py (v2.8.3.post1) registers the torch.library custom
 ops flash_attn::_flash_attn_forward/_backward and runs them under the autograd Function FlashAttnFunc;
 csrc/flash_attn/flash_api.cpp refuses every dtype but fp16 and bf16 with the message below.
 The math is plain softmax attention computed in fp32, returned in the input dtype."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-__version__ = "2.8.3"
+__version__ = "2.8.3.post1"
 
-DTYPE_MESSAGE = "FlashAttention only support fp16 and bf16 data type"  # flash_api.cpp mha_fwd (v2.8.4)
+DTYPE_MESSAGE = "FlashAttention only support fp16 and bf16 data type"  # flash_api.cpp mha_fwd (v2.8.3.post1)
 
 
 def _probs(q, k, softmax_scale: float, causal: bool) -> torch.Tensor:
@@ -84,7 +84,7 @@ def flash_attn_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    """flash_attn_interface.flash_attn_func (v2.8.4): q, k, v of shape (batch, seqlen, nheads, headdim)."""
+    """flash_attn_interface.flash_attn_func (v2.8.3.post1): q, k, v of shape (batch, seqlen, nheads, headdim)."""
     if q.dim() != 4:
         raise RuntimeError("q must have shape (batch_size, seqlen_q, num_heads, head_size)")
     if softmax_scale is None:
