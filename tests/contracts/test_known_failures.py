@@ -132,3 +132,9 @@ def test_this_torch_raises_the_cpu_refusal_the_table_knows():
         F.scaled_dot_product_attention(q, q, q)
     verdict = match_known_failure(raised.value, Knobs(precision="bf16", attention="sdpa_efficient"))
     assert verdict.implicates == (("attention", "sdpa_efficient"),)
+
+
+def test_this_torch_raises_the_fused_optimizer_refusal_the_table_knows():
+    with pytest.raises(RuntimeError) as raised:
+        torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], fused=True, foreach=True)
+    assert match_known_failure(raised.value, Knobs(optimizer="fused")).implicates == (("optimizer", "fused"),)
