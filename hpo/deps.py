@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import re
 from types import ModuleType
 
 from hpo.errors import KnobUnavailable, UserInputError
@@ -23,14 +24,37 @@ def _import(module: str) -> ModuleType | None:
         return None
 
 
+# The flash-attn releases hpo supports: xformers v0.0.35 accepts exactly these
+# (xformers/ops/fmha/flash.py FLASH_VER_MIN, FLASH_VER_LAST), and the custom ops hpo's evidence
+# recognises (flash_attn::_flash_attn_forward) exist from 2.7.0 (flash_attn/flash_attn_interface.py).
+FLASH_ATTN_WINDOW = ((2, 7, 1), (2, 8, 4))
+FLASH_ATTN_INSTALL = "pip install flash-attn --no-build-isolation (on a CUDA machine)"
+
+
 def flash_attn() -> ModuleType:
     module = _import("flash_attn")
     if module is None:
         raise KnobUnavailable(
-            "attention=flash_attn needs the flash-attn package (pip install 'hpo[gpu]' on a CUDA machine)",
+            f"attention=flash_attn needs the flash-attn package: {FLASH_ATTN_INSTALL}", [("attention", "flash_attn")]
+        )
+    version = str(getattr(module, "__version__", "0"))
+    low, high = FLASH_ATTN_WINDOW
+    if not low <= _release(version) <= high:
+        raise KnobUnavailable(
+            f"attention=flash_attn supports flash-attn >={_dotted(low)},<={_dotted(high)}, but {version} is installed",
             [("attention", "flash_attn")],
         )
     return module
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(2, 8, 3) from "2.8.3", "2.8.3.post1" or "2.8.3+cu12torch2.7"; (2, 8, 0) from "2.8.0rc1"."""
+    parts = [int(m.group()) if (m := re.match(r"\d+", part)) else 0 for part in version.split("+")[0].split(".")[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def _dotted(release: tuple[int, ...]) -> str:
+    return ".".join(map(str, release))
 
 
 def xformers_ops() -> ModuleType:
@@ -40,15 +64,28 @@ def xformers_ops() -> ModuleType:
             "attention=xformers needs the xformers package (pip install 'hpo[gpu]' on a CUDA machine)",
             [("attention", "xformers")],
         )
+    # xformers after v0.0.35 re-exports fmha from another package inside a try/except ImportError,
+    # so `import xformers.ops` succeeds without it: the function itself is the test.
+    if not hasattr(module, "memory_efficient_attention"):
+        version = getattr(_import("xformers"), "__version__", "unknown")
+        raise KnobUnavailable(
+            f"attention=xformers: xformers {version} has no xformers.ops.memory_efficient_attention "
+            "(hpo[gpu] pins xformers==0.0.35)",
+            [("attention", "xformers")],
+        )
     return module
+
+
+# apex's README (NVIDIA/apex HEAD 6424da3, 2026-07-08), from a clone of github.com/NVIDIA/apex.
+APEX_INSTALL = (
+    "git clone https://github.com/NVIDIA/apex && cd apex && APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install -v --no-build-isolation ."
+)
 
 
 def nvidia_apex_optimizers() -> ModuleType:
     """NVIDIA apex's optimizers. The PyPI package called `apex` is an unrelated web toolkit."""
     if not is_installed("apex"):
-        raise KnobUnavailable(
-            "optimizer=apex needs NVIDIA apex built from source (github.com/NVIDIA/apex)", [("optimizer", "apex")]
-        )
+        raise KnobUnavailable(f"optimizer=apex needs NVIDIA apex built from source: {APEX_INSTALL}", [("optimizer", "apex")])
     module = _import("apex.optimizers")
     if module is None or not hasattr(module, "FusedAdam"):
         raise KnobUnavailable(
@@ -57,7 +94,7 @@ def nvidia_apex_optimizers() -> ModuleType:
         )
     if _import("amp_C") is None:
         raise KnobUnavailable(
-            "optimizer=apex found NVIDIA apex without its CUDA extensions (rebuild with --cuda_ext)",
+            f"optimizer=apex found NVIDIA apex without its CUDA extensions (amp_C): rebuild with {APEX_INSTALL}",
             [("optimizer", "apex")],
         )
     return module

@@ -18,7 +18,7 @@ from hpo.hardware.memory import MemoryMeter
 from hpo.knobs.attention import pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.knobs.compile import GraphRecord, compile_model
-from hpo.knobs.optimizers import build_optimizer
+from hpo.knobs.optimizers import build_optimizer, clear_grads
 from hpo.knobs.precision import precision_plugin
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload
@@ -126,7 +126,7 @@ class AssembledModel:
         if health is None:
             self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
         self.precision.optimizer_step(self.optimizer, None if health is None else health.found_inf)
-        self.optimizer.zero_grad(set_to_none=True)
+        clear_grads(self.optimizer)
         self.scheduler.step()
 
     def check_scaler(self, step: int, health: StepHealth | None = None) -> None:

@@ -14,6 +14,7 @@ import math
 import torch
 
 from hpo.engine.assembly import AssembledModel
+from hpo.knobs.optimizers import clear_grads
 from hpo.workloads.base import Batch
 
 __all__ = ["NonFiniteLoss", "run_step"]
@@ -34,7 +35,7 @@ def run_step(assembled: AssembledModel, batch: Batch, step: int, *, update: bool
     loss = assembled.forward_backward(batch)
     health = assembled.step_health(loss, clip=update)  # the step's one host sync
     if not math.isfinite(health.loss):
-        assembled.optimizer.zero_grad(set_to_none=True)  # no update from a non-finite step
+        clear_grads(assembled.optimizer)  # no update from a non-finite step
         raise NonFiniteLoss(step, health.loss)
     if update:
         assembled.optimizer_step(health)

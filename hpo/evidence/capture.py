@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import Iterator
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from hpo.engine.assembly import AssembledModel
@@ -20,9 +19,10 @@ def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
     """Profile the step run inside; the StepEvidence is complete when the block exits."""
     evidence = StepEvidence(graphs=assembled.graphs)
     before_backward_runs = assembled.recompute.backward_runs
+    # CPU activity only, on every device: the op names evidence matches (aten ops, custom ops,
+    # autograd Function names) are recorded on the CPU side. CUDA activity (CUPTI) is not needed,
+    # can be refused on locked-down hosts, and can leave kernels slower after profiling (pytorch#144455).
     activities = [ProfilerActivity.CPU]
-    if assembled.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     # A dispatch mode would be traced into a compiled graph; compiled graphs report dtypes themselves.
     recorder = MatmulDtypeRecorder() if not assembled.knobs.compile else contextlib.nullcontext()
     prof = profile(activities=activities)
@@ -54,8 +54,7 @@ def ops_seen(prof: profile, inside: str) -> tuple[set[str], set[str]]:
         for name, thread, start, end in raw
         if not name.startswith(inside) and any(thread == t and s <= start and end <= e for t, s, e in ranges)
     }
-    demangled = {name: torch._C._demangle(name) for name, *_ in raw}  # device kernels' C++ names
-    return set(demangled.values()), {demangled[name] for name in within}
+    return {name for name, *_ in raw}, within
 
 
 @contextlib.contextmanager

@@ -63,33 +63,44 @@ def _precision(dtypes: Counter) -> str | None:
 
 
 def _attention(ops: Iterable[str], graphs: GraphRecord) -> str | None:
+    """The attention kernels the step shows, from the registry's evidence. A kernel hpo does not
+    know reads as None (not observed), never as eager: eager is proven by its own exact softmax ops,
+    and only when no kernel's op ran (SDPA's math kernel calls the same softmax)."""
+    ops = set(ops)
     seen = sorted({backend for op in ops for frag, backend in attention_kernel_ops() if frag in op})
     if seen:
         return "+".join(seen)
     if graphs.sdpa_nodes:
         # The graph calls SDPA yet no fused SDPA kernel ran: it was lowered to its math decomposition.
         return "sdpa_math"
-    softmax = any(op.endswith("softmax") for op in ops) or graphs.softmax_nodes > 0
-    return "eager" if softmax else None  # no attention kernel and no softmax: not observed
+    fallback = sorted(name for name, spec in ATTENTION_SPECS.items() if ops.intersection(spec.fallback_ops))
+    if not fallback and graphs.softmax_nodes > 0:  # a compiled graph's softmax node: eager attention
+        fallback = [name for name, spec in ATTENTION_SPECS.items() if "aten::softmax" in spec.fallback_ops]
+    return "+".join(fallback) or None  # no attention kernel and no softmax: not observed
 
 
 def _optimizer(ops: Iterable[str], optimizer_module: str) -> str | None:
     """The first optimizer value, by evidence rank, whose evidence the step shows; else the one
-    that leaves none (the plain for-loop). None when no optimizer step ran in view at all."""
+    that leaves none (the plain for-loop). None when no optimizer step ran in view at all.
+
+    A value proven by its class (apex) is read before the ops: apex runs aten ops only on its first
+    step and then launches amp_C kernels the profiler does not record, so a later step shows none."""
     ops = set(ops)
-    if not ops:
-        return None
     ranked = sorted(OPTIMIZER_SPECS.values(), key=lambda spec: -spec.evidence.rank)
     for spec in ranked:
-        if _shows(spec.evidence, ops, optimizer_module):
+        prefix = spec.evidence.module_prefix
+        if prefix and optimizer_module.startswith(prefix):
+            return spec.name
+    if not ops:
+        return None
+    for spec in ranked:
+        if _shows(spec.evidence, ops):
             return spec.name
     fallback = [spec.name for spec in ranked if not (spec.evidence.module_prefix or spec.evidence.ops)]
     return fallback[0]
 
 
-def _shows(evidence: OptimizerEvidence, ops: set[str], optimizer_module: str) -> bool:
-    if evidence.module_prefix and optimizer_module.startswith(evidence.module_prefix):
-        return True
+def _shows(evidence: OptimizerEvidence, ops: set[str]) -> bool:
     return any(frag in op and op not in evidence.except_ops for op in ops for frag in evidence.ops)
 
 

@@ -63,13 +63,26 @@ def flash_attn_attention(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=
 
 def xformers_attention(q, k, v, *, attn_mask=None, is_causal=False, dropout_p=0.0, scale=None):
     ops = deps.xformers_ops()
-    bias = ops.LowerTriangularMask() if is_causal else attn_mask
     if is_causal and attn_mask is not None:
         raise KnobUnavailable("xformers backend takes a causal or an explicit mask, not both", [("attention", "xformers")])
+    bias = ops.LowerTriangularMask() if is_causal else None if attn_mask is None else xformers_bias(attn_mask, q, k)
     out = ops.memory_efficient_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias, p=dropout_p, scale=scale
     )
     return out.transpose(1, 2)
+
+
+def xformers_bias(attn_mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """An SDPA-style mask (boolean keep-mask or additive) as the bias xformers takes: additive, in
+    the query's dtype, of shape (batch, heads, q_len, k_len), its strides multiples of 8 (xformers
+    v0.0.35 fmha/common.py _check_bias_alignment refuses others for 16-bit dtypes; a boolean tensor
+    has no finfo at all). Allocated wider and sliced, as xformers' own hint does."""
+    (b, h, s_q, _), s_k = q.shape, k.size(-2)
+    if attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill(~attn_mask, float("-inf"))
+    padded = torch.empty(b, h, s_q, -(-s_k // 8) * 8, dtype=q.dtype, device=q.device)[..., :s_k]
+    padded.copy_(attn_mask.to(q.dtype).expand(b, h, s_q, s_k))
+    return padded
 
 
 # Derived from hpo.knobs.registry.ATTENTION_SPECS, where a backend is added. The builders named there

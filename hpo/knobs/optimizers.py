@@ -3,6 +3,7 @@ Which builder and which torch flags each path uses is in `hpo.knobs.registry.OPT
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 
 import torch
@@ -10,7 +11,7 @@ import torch
 from hpo import deps
 from hpo.knobs.registry import OPTIMIZER_SPECS, load, spec_for
 
-__all__ = ["OPTIMIZER_BUILDERS", "apex_fused_adam", "build_optimizer", "torch_adamw"]
+__all__ = ["OPTIMIZER_BUILDERS", "apex_fused_adam", "build_optimizer", "clear_grads", "torch_adamw"]
 
 OptimizerBuilder = Callable[..., torch.optim.Optimizer]
 
@@ -39,3 +40,13 @@ def build_optimizer(impl: str, params: Iterable, *, lr: float, weight_decay: flo
     """The optimizer for implementation `impl` (a key of OPTIMIZER_SPECS) over `params`."""
     spec_for("optimizer", impl)  # an unknown name raises an error listing the valid ones
     return OPTIMIZER_BUILDERS[impl](params, lr=lr, weight_decay=weight_decay)
+
+
+def clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """Drop the gradients of `optimizer`'s parameters. apex's FusedAdam overrides `zero_grad(self)`
+    with no argument (apex/optimizers/fused_adam.py; it sets them to None itself by default), so
+    `set_to_none=` is passed only where the signature takes it."""
+    if "set_to_none" in inspect.signature(optimizer.zero_grad).parameters:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        optimizer.zero_grad()

@@ -68,6 +68,9 @@ class AttentionSpec:
     builder: str  # "module:attr" of the attention callable
     sdpa_kernel: str | None = None  # the SDPBackend member it is pinned to, for sdpa_<kernel>
     evidence_ops: tuple[str, ...] = ()  # profiler op-name fragments of its kernel
+    # Exact op names that prove it only when no kernel's fragment matched (eager's plain softmax,
+    # which SDPA's math kernel also calls)
+    fallback_ops: tuple[str, ...] = ()
     needs: Needs = field(default_factory=Needs)
 
 
@@ -131,18 +134,24 @@ def _sdpa(name: str, kernel: str, op: str) -> AttentionSpec:
 
 
 ATTENTION_SPECS: dict[str, AttentionSpec] = _by_name(
-    AttentionSpec(name="eager", builder=_ATT + "eager_attention"),  # evidence: a plain softmax op
+    # eager: torch.softmax's exact ops, never aten::log_softmax (the loss, in every step)
+    AttentionSpec(name="eager", builder=_ATT + "eager_attention", fallback_ops=("aten::softmax", "aten::_softmax")),
     AttentionSpec(name="sdpa", builder=_ATT + "sdpa_attention"),  # evidence: any sdpa_<kernel>'s
     _sdpa("sdpa_flash", "FLASH_ATTENTION", "_scaled_dot_product_flash_attention"),
     _sdpa("sdpa_efficient", "EFFICIENT_ATTENTION", "_scaled_dot_product_efficient_attention"),
     _sdpa("sdpa_cudnn", "CUDNN_ATTENTION", "_scaled_dot_product_cudnn_attention"),
     _sdpa("sdpa_math", "MATH", "_scaled_dot_product_attention_math"),
+    # flash-attn 2.7+ registers torch.library ops flash_attn::_flash_attn_forward/_backward
+    # (flash_attn/flash_attn_interface.py); `flash_attn::` does not match FA3's `flash_attn_3::fwd`.
     AttentionSpec(
-        name="flash_attn", builder=_ATT + "flash_attn_attention", evidence_ops=("flash_attn",),
+        name="flash_attn", builder=_ATT + "flash_attn_attention", evidence_ops=("flash_attn::",),
         needs=Needs(package="flash_attn", devices=("cuda",), probe="flash_attn_arch_supported"),
     ),
     AttentionSpec(
-        name="xformers", builder=_ATT + "xformers_attention", evidence_ops=("xformers", "efficient_attention_forward"),
+        # xformers v0.0.35 fmha/__init__.py: every path runs inside the autograd Function _fMHA, whose
+        # class name the profiler records; its FA2/FA3 paths add xformers_flash::/xformers_flash3:: ops.
+        # Not aten::_efficient_attention_forward: SDPA's efficient kernel calls it too.
+        name="xformers", builder=_ATT + "xformers_attention", evidence_ops=("_fMHA", "xformers_flash"),
         needs=Needs(package="xformers", devices=("cuda",)),
     ),
 )  # fmt: skip

@@ -66,10 +66,14 @@ def test_compile_error_is_rejected():
     assert "backend exploded" in str(result.verdict)
 
 
-def test_dtype_mismatch_reaching_a_kernel_is_rejected():
+def test_dtype_mismatch_reaching_a_kernel_is_blamed_on_the_precision_by_a_differential_run():
+    """index_add_ meets a bf16 source and an fp32 target: torch's message names dtypes, but no upstream
+    contract says which knob is at fault; the differential run does (sdpa and fused pass alone)."""
     assert str(probe(Knobs(precision="fp32", optimizer="fused"), index_add_residual=True).verdict) == "ok"
     result = probe(Knobs(precision="bf16", optimizer="fused"), index_add_residual=True)
-    assert str(result.verdict).startswith("incompatible: dtype mismatch under precision=bf16"), str(result.verdict)
+    assert str(result.verdict).startswith("incompatible: RuntimeError: "), str(result.verdict)
+    assert "fails with precision=bf16; passes with fp32/eager/for-loop" in str(result.verdict)
+    assert result.verdict.implicates == (("precision", "bf16"),) and result.blame == "differential"
 
 
 def test_a_knob_that_ran_otherwise_is_rejected(monkeypatch):
