@@ -61,3 +61,34 @@ def test_reseed_rng_reseeds_the_wrappers_own_generator(monkeypatch):
     before = wrapper._rng.getstate()
     wrapper.reseed_rng()
     assert wrapper._rng.getstate() != before and isinstance(wrapper._rng, random.Random)
+
+
+def _slow_bf16_at_batch_8(study: optuna.Study) -> None:
+    from hpo.verify.store import StudyVerdicts
+
+    implicates = [["batch_size", 8], ["precision", "bf16"]]
+    StudyVerdicts(study).add("k-b8", {"verdict": "slow: 9.0x at batch 8", "implicates": implicates, "batch_size": 8})
+
+
+def _proposals(study: optuna.Study, batch_sizes: list[int], n: int = 40) -> list[tuple[int, str]]:
+    seen = []
+    for _ in range(n):
+        trial = study.ask()
+        batch = trial.suggest_categorical("batch_size", batch_sizes) if len(batch_sizes) > 1 else batch_sizes[0]
+        seen.append((batch, trial.suggest_categorical("precision", ["fp32", "bf16"])))
+        study.tell(trial, 1.0)
+    return seen
+
+
+def test_a_slow_verdict_avoids_its_values_only_at_the_batch_size_it_was_measured_at():
+    study = optuna.create_study(sampler=AvoidKnownFailures(optuna.samplers.RandomSampler(seed=0), seed=0))
+    _slow_bf16_at_batch_8(study)
+    seen = _proposals(study, [8, 128])
+    assert (8, "bf16") not in seen
+    assert (128, "bf16") in seen  # overhead-bound at batch 8 is no verdict on batch 128
+
+
+def test_a_slow_verdict_avoids_its_values_where_the_study_fixes_the_batch_size():
+    study = optuna.create_study(sampler=AvoidKnownFailures(optuna.samplers.RandomSampler(seed=0), seed=0))
+    _slow_bf16_at_batch_8(study)
+    assert {precision for _, precision in _proposals(study, [8])} == {"fp32"}
