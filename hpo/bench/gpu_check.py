@@ -27,7 +27,7 @@ import torch
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.cache import MemoryVerdicts, speed_key
 
 __all__ = [
     "WORKLOAD_OPTIONS",
@@ -85,8 +85,10 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
     torch._dynamo.reset()  # a fresh compile per combination, as a new trial process would have
     verdicts = MemoryVerdicts()
     outcome = execute(how.config(workload, knobs), verdicts)
-    probe = verdicts.get(outcome.attrs["verdict_key"]) or {}
-    step_ms, slowdown = probe.get("trial_step_ms"), probe.get("slowdown")
+    key = outcome.attrs["verdict_key"]
+    probe = verdicts.get(key) or {}
+    speed = verdicts.get(speed_key(key, how.batch_size)) or {}  # the speed fact at this batch size
+    step_ms, slowdown = speed.get("trial_step_ms"), speed.get("slowdown")
     return {
         "workload": workload,
         "knobs": knobs.as_dict(),
