@@ -24,12 +24,16 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
 
     def storage_args(p, study_required: bool = True) -> None:
         p.add_argument("--study", required=study_required, help="study name")
-        p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)")
+        p.add_argument(
+            "--storage",
+            default=os.environ.get("HPO_STORAGE"),
+            help="SQLAlchemy URL (default: $HPO_STORAGE if set, else sqlite:///studies/<study>.db)",
+        )
 
     p = add("validate", commands["validate"], "check a search-space file (an exported config is one)")
-    p.add_argument("space")
+    p.add_argument("space", help="the search-space YAML file (an exported config is one)")
     p = add("run", commands["run"], "create or resume a study and run its trials")
-    p.add_argument("space")
+    p.add_argument("space", help="the search-space YAML file (an exported config is one)")
     storage_args(p, study_required=False)
     p.add_argument("--n-trials", type=int, help="trial budget of a new study (default: study.n_trials)")
     p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
@@ -41,14 +45,14 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     )
     p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
     p = add("worker", commands["worker"], "join an existing study and run trials until its budget is spent")
-    p.add_argument("--study", required=True)
+    p.add_argument("--study", required=True, help="the study to join (created by `hpo run`)")
     p.add_argument(
         "--storage",
         default=os.environ.get("HPO_STORAGE"),
         help="SQLAlchemy URL of the study (default: $HPO_STORAGE, which keeps a password out of ps)",
     )
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--in-process", action="store_true")
+    p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds (default: study.timeout)")
+    p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
     within_help = "the fastest trial whose first objective is within PCT percent of the best"
     p = add("best", commands["best"], "show the best trials as a table (the Pareto front for several objectives)")
     storage_args(p)
@@ -71,7 +75,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", help="a file, or a folder with --top, --as hf or --as lightning")
     p = add("probe", commands["probe"], "probe every knob combination of a space here, ranked by throughput (no training)")
-    p.add_argument("space")
+    p.add_argument("space", help="the search-space YAML file (an exported config is one)")
     storage_args(p, study_required=False)
     p.add_argument("--json", action="store_true", help='[{"knobs", "verdict", "samples_per_s", "slowdown", "peak_mem_mb"}]')
     p = add("enqueue", commands["enqueue"], "warm start: enqueue an exported config, or another study's K best, as next trials")
@@ -83,17 +87,17 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=3, help="how many of --from-study's best (default 3)")
     p.add_argument("--from-storage", help="storage URL of --from-study when it differs from --storage")
     p = add("train", commands["train"], "retrain an exported config without Optuna")
-    p.add_argument("config")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("config", help="a config with every value fixed, such as one written by `hpo export`")
+    p.add_argument("--json", action="store_true", help='print {"objectives", "values", "verdict", "user_attrs"}')
     p = add("doctor", commands["doctor"], "hardware, software and which knobs are usable here")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--device", default="auto", help="auto (the worker's GPU if any), cpu, cuda:N or mps")
     storage_args(p, study_required=False)
     p = add("dashboard", commands["dashboard"], "start optuna-dashboard on 127.0.0.1")
     storage_args(p, study_required=False)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080, help="port to serve on (default 8080)")
     p = add("report", commands["report"], "write a static HTML report with plots")
     storage_args(p)
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("-o", "--output", required=True, help="the HTML file to write (its folder must exist)")
     return parser

@@ -2,8 +2,8 @@
 
 The executor, the study's objective and the crash handling write these keys; `hpo best`, `hpo
 report`, the dashboard and users' own scripts read them. Every key is declared here once, with its
-meaning, and the README's list is generated from these declarations (`python -m hpo.trial.records`
-prints it; a test keeps the README in step). `check_trial_attrs` validates one trial's attrs, which
+meaning, and the docs' record reference is generated from these declarations (`python -m
+hpo.app.docgen` writes it; a test keeps it in step). `check_trial_attrs` validates one trial's attrs, which
 the tests do for every trial of real studies.
 """
 
@@ -144,7 +144,7 @@ def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:
 
 
 def readme_list() -> str:
-    """The README's list of trial user attrs, one line per key, generated from the schema."""
+    """The list of trial user attrs, one line per key, generated from the schema."""
     lines = []
     for name, field in TrialRecord.model_fields.items():
         lines.append(f"- `{name}`: {field.description}.")
