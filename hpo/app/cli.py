@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import warnings
 from pathlib import Path
 
 from hpo.errors import UserInputError
+from hpo.logging import set_verbosity
 from hpo.storage.urls import default_storage, mask_password
 
 
@@ -287,6 +289,7 @@ def _quiet_libraries() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # --help and --version exit here, before any import
     _quiet_libraries()
+    set_verbosity(logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO)
     try:
         return args.func(args)
     except UserInputError as exc:

@@ -10,15 +10,17 @@ creation, and SQLite waits for a writer's lock (workers may still be writing) in
 from __future__ import annotations
 
 import errno
-import sys
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from hpo import deps
 from hpo.errors import UserInputError
+from hpo.logging import get_logger
 from hpo.storage.open import load_study_or_none, open_storage
 from hpo.storage.optuna_compat import study_id_of
 from hpo.storage.urls import mask_password
+
+_log = get_logger(__name__)
 
 __all__ = ["serve_dashboard", "study_url"]
 
@@ -58,10 +60,10 @@ def serve_dashboard(storage_url: str, study_name: str | None, host: str, port: i
     except OSError as exc:
         reason = "already in use; choose another with --port" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise UserInputError(f"cannot listen on {host}:{port}: {reason}") from None
-    print(f"optuna-dashboard for {mask_password(storage_url)}: {study_url(host, port, study_id)}", file=sys.stderr, flush=True)
+    _log.info(f"optuna-dashboard for {mask_password(storage_url)}: {study_url(host, port, study_id)}")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        print("dashboard stopped", file=sys.stderr)
+        _log.info("dashboard stopped")
     finally:
         server.server_close()

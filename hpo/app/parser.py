@@ -15,6 +15,9 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     """The `hpo` argument parser; `commands` maps each subcommand to the function that runs it."""
     parser = argparse.ArgumentParser(prog="hpo", description="Systems-aware hyperparameter search for PyTorch.")
     parser.add_argument("--version", action="version", version=f"hpo {__version__}")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true", help="also log debug detail")
+    loudness.add_argument("-q", "--quiet", action="store_true", help="log errors only (results and progress still show)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func, help_text: str) -> argparse.ArgumentParser:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import multiprocessing
-import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import error_verdict, short_traceback
 from hpo.hardware.runtime import resolve_device, trial_runtime
+from hpo.logging import get_logger
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of
 from hpo.trial.executor import cached_verdict
@@ -33,6 +33,8 @@ from hpo.verify.compared import ReferenceFiles
 from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.probe import run_probe
 from hpo.workloads.registry import create_workload
+
+_log = get_logger(__name__)
 
 __all__ = ["SweepRow", "combinations", "sweep", "table"]
 
@@ -95,9 +97,7 @@ def _probe_all(space: SearchSpace, configs: list[TrialConfig], store: VerdictSto
             try:
                 report(_probe_one(workload, config, device, store, references))
             except Exception as exc:  # noqa: BLE001 - _probe_one re-raises only a sticky device error
-                print(
-                    f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process", file=sys.stderr
-                )
+                _log.warning(f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process")
                 report(_error_row(config, exc))
                 return indices[position + 1 :]
     return []
@@ -167,10 +167,7 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise
-            print(
-                f"hpo probe: {config.knobs.as_dict()} failed with an error (not a verdict):\n{short_traceback(exc)}",
-                file=sys.stderr,
-            )
+            _log.warning(f"hpo probe: {config.knobs.as_dict()} failed with an error (not a verdict):\n{short_traceback(exc)}")
             return SweepRow(config.knobs.as_dict(), str(error_verdict(exc)), None, None, None, None, None, cached=False)
         record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
         store.add(key, record)

@@ -13,7 +13,6 @@ import gc
 import multiprocessing.connection
 import os
 import signal
-import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
 from hpo.errors import TrialError, error_verdict, short_traceback
+from hpo.logging import get_logger
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
 from hpo.storage.retry import UNFINISHED, RetryWithRefund
@@ -31,6 +31,8 @@ from hpo.study.budget import BindOnStart, ClaimLost, StartHeartbeat, bind_ticket
 from hpo.study.create import build_sampler, open_hpo_study
 from hpo.study.progress import TrialPrinter, set_sink
 from hpo.study.quiet import quiet_optuna
+
+_log = get_logger(__name__)
 
 PR_SET_PDEATHSIG = 1
 
@@ -92,10 +94,8 @@ class GuardedObjective:
                 self.sticky = exc
             trial.set_user_attr("verdict", mask_password(str(verdict)))
             trial.set_user_attr("error_traceback", mask_password(short_traceback(exc)))
-            print(
-                f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_password(''.join(traceback.format_exception(exc)))}",
-                file=sys.stderr,
-                flush=True,
+            _log.warning(
+                f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_password(''.join(traceback.format_exception(exc)))}"
             )
             _queue_retry(trial)
             raise
@@ -110,7 +110,7 @@ def _queue_retry(trial: optuna.Trial) -> None:
     try:
         RetryWithRefund()(study, storage_of(study).get_trial(trial_id_of(trial)))
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
-        print(f"trial {trial.number}: its retry could not be queued ({type(exc).__name__}: {exc})", file=sys.stderr)
+        _log.warning(f"trial {trial.number}: its retry could not be queued ({type(exc).__name__}: {exc})")
 
 
 def run_one_trial(

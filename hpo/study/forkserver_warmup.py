@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from hpo.config.resolve import representative_config
 from hpo.config.space import SearchSpace
+from hpo.logging import get_logger
 from hpo.verify.classify import REFERENCE_KNOBS
+
+_log = get_logger(__name__)
 
 WARMUP_ENV = "HPO_FORKSERVER_WARMUP"
 
@@ -71,7 +73,4 @@ if _spec:
         warm_up(json.loads(_spec))
     except Exception as exc:  # noqa: BLE001 - a warm-up is an optimisation; the trial reports real errors
         first = (str(exc).splitlines() or [""])[0][:200]
-        print(
-            f"hpo: warming the trial processes failed ({type(exc).__name__}: {first}); each trial loads its own data",
-            file=sys.stderr,
-        )
+        _log.warning(f"hpo: warming the trial processes failed ({type(exc).__name__}: {first}); each trial loads its own data")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,11 @@ import torch
 
 from hpo.config.trial import TrialConfig
 from hpo.hardware.probes import device_model
+from hpo.logging import get_logger
 from hpo.verify.cache import package_versions
 from hpo.workloads.base import Workload
+
+_log = get_logger(__name__)
 
 __all__ = ["ComparedReference", "ReferenceFiles", "compared_key"]
 
@@ -105,9 +107,6 @@ class ReferenceFiles:
         except OSError as exc:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
-            print(
-                f"hpo: the probe's reference step was not kept in {self.directory} ({exc}); later probes run it again",
-                file=sys.stderr,
-            )
+            _log.warning(f"hpo: the probe's reference step was not kept in {self.directory} ({exc}); later probes run it again")
             return False
         return True
