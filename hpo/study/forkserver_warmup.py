@@ -26,7 +26,7 @@ import os
 from hpo.config.resolve import representative_config
 from hpo.config.space import SearchSpace
 from hpo.logging import get_logger
-from hpo.verify.classify import REFERENCE_KNOBS
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 
 _log = get_logger(__name__)
 

@@ -25,9 +25,9 @@ from hpo.trial.speed import objective_values, speed_attrs
 from hpo.trial.trainer import EvalCallback, TooSlow, train
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import VerdictStore, reference_key, speed_key, verdict_key
-from hpo.verify.classify import REFERENCE_KNOBS
 from hpo.verify.compared import ReferenceFiles
 from hpo.verify.probe import ProbeResult, run_probe, speed_fact
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.verify.speed import prove_slow
 from hpo.workloads.registry import create_workload

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Verdict
-from hpo.verify.classify import REFERENCE_KNOBS, differing_from_reference
+from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
 
 __all__ = ["Attempt", "candidate_subsets", "isolate", "with_values"]
 

@@ -44,10 +44,10 @@ from hpo.hardware.runtime import seed_everything
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.blame import isolate
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
-from hpo.verify.classify import REFERENCE_KNOBS, classify_failure, differing_from_reference
 from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
-from hpo.verify.known_failures import is_sticky_device_error
+from hpo.verify.known_failures import is_sticky_device_error, match_known_failure
 from hpo.verify.reference import time_reference
+from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
 from hpo.verify.slow import SlowLimit
 from hpo.verify.speed import TIMED_STEPS, fastest_step_ms, prove_slow
 from hpo.verify.tolerances import TOLERANCES
@@ -219,7 +219,7 @@ class _Steps:
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise  # the device is unusable until this process ends: an error, never the knobs'
-            known = classify_failure(exc, knobs)
+            known = match_known_failure(exc, knobs)
             return trial, _Failure(f"{type(exc).__name__}: {_first_line(exc)}", known, "contract" if known else None, exc)
         if evidence:
             self.result.observed = observed_knobs(seen)

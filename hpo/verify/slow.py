@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.classify import differing_from_reference
+from hpo.verify.reference_knobs import differing_from_reference
 
 __all__ = ["SlowLimit"]
 

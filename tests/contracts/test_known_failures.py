@@ -12,7 +12,6 @@ from contracts.upstream import EXPECTED_IMPLICATES, MESSAGES, STICKY_MESSAGES
 from hpo.config.trial import Knobs
 from hpo.errors import KnobUnavailable
 from hpo.verdicts import Kind
-from hpo.verify.classify import classify_failure
 from hpo.verify.known_failures import KNOWN_FAILURES, is_sticky_device_error, match_known_failure
 
 
@@ -94,7 +93,6 @@ def test_flex_attention_refusal_inside_dynamo_blames_compile():
 def test_user_bugs_are_not_knob_verdicts(exc):
     knobs = Knobs(precision="bf16", attention="flash_attn", optimizer="apex", compile="default")
     assert match_known_failure(exc, knobs) is None
-    assert classify_failure(exc, knobs) is None
     assert not is_sticky_device_error(exc)
 
 
@@ -114,13 +112,6 @@ def test_sticky_error_wrapped_by_a_refusal_like_message_is_still_sticky():
     except RuntimeError as outer:
         assert is_sticky_device_error(outer)
         assert match_known_failure(outer, Knobs(attention="sdpa_flash")) is None
-
-
-def test_classify_failure_is_match_known_failure():
-    knobs, implicated = EXPECTED_IMPLICATES["flash_attn_dtype"]
-    assert classify_failure(_raise("flash_attn_dtype"), Knobs(**knobs)) == match_known_failure(
-        _raise("flash_attn_dtype"), Knobs(**knobs)
-    )
 
 
 def test_this_torch_raises_the_cpu_refusal_the_table_knows():

@@ -12,9 +12,9 @@ from conftest import toy_config
 import hpo.verify.probe as probe_module
 from hpo.config.trial import Knobs
 from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.classify import REFERENCE_KNOBS
 from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
 from hpo.verify.probe import run_probe
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.workloads.registry import create_workload
 
 CPU = torch.device("cpu")

@@ -77,7 +77,7 @@ from hpo.engine.step import run_step
 from hpo.hardware import allocator
 from hpo.hardware.memory import resident_bytes
 from hpo.verify import reference
-from hpo.verify.classify import REFERENCE_KNOBS
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.workloads.registry import create_workload
 
 allocator.keep_freed_memory()
