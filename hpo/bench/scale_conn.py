@@ -31,7 +31,7 @@ __all__ = ["run_connections"]
 def _worker(url: str, name: str, start, results) -> None:
     quiet_optuna()
     warnings.filterwarnings("ignore", message="Heartbeat of storage")  # ask/tell with hpo's heartbeat settings
-    ran, errors, db_s = 0, 0, 0.0
+    ran, errors, db_s, message = 0, 0, 0.0, None
     try:
         storage = open_storage(url, check_schema=False)
         timer = DbTimer(engine_of(storage))
@@ -46,9 +46,9 @@ def _worker(url: str, name: str, start, results) -> None:
             study.tell(trial, trial.suggest_float("lr", 1e-5, 1e-2, log=True))
             ran += 1
         db_s = timer.seconds
-    except Exception:  # noqa: BLE001 - counted and reported: the benchmark's errors must be 0
-        errors += 1
-    results.put({"trials": ran, "errors": errors, "db_s": db_s})
+    except Exception as exc:  # noqa: BLE001 - counted and reported: the benchmark's errors must be 0
+        errors, message = errors + 1, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    results.put({"trials": ran, "errors": errors, "db_s": db_s, "message": message})
 
 
 def _sample(admin: str, database: str, stop: threading.Event, counts: list[int]) -> None:
@@ -98,6 +98,7 @@ def run_connections(admin: str, workers: int, per_worker: int, pooler: str | Non
             "peak_connections": max(counts, default=0),
             "median_connections": sorted(counts)[len(counts) // 2] if counts else 0,
             "errors": sum(d["errors"] for d in done),
+            "error_messages": sorted({d["message"] for d in done if d["message"]}),
         }
     finally:
         drop()
