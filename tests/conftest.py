@@ -93,6 +93,28 @@ def postgres_url():
     drop()
 
 
+PGBOUNCER = "127.0.0.1:6432"  # .ci/run starts it in transaction-pooling mode in front of 5432
+
+
+@pytest.fixture
+def pgbouncer_url(postgres_url):
+    """A fresh PostgreSQL database reached through PgBouncer (transaction pooling), with the URL
+    option that tells hpo so. Fails, not skips, in CI (HPO_REQUIRE_POSTGRES) when it is not running."""
+    import socket
+
+    try:
+        socket.create_connection(tuple(PGBOUNCER.split(":")), timeout=2).close()
+    except OSError as exc:
+        _require("postgres", f"PgBouncer on {PGBOUNCER}: {exc} (.ci/run starts it)")
+    return postgres_url.replace("127.0.0.1:5432", PGBOUNCER) + "?hpo_pooler=transaction"
+
+
+@pytest.fixture(params=["postgres", "pgbouncer"])
+def postgres_or_pgbouncer_url(request, postgres_url):
+    """The same test on PostgreSQL directly and through PgBouncer."""
+    return postgres_url if request.param == "postgres" else request.getfixturevalue("pgbouncer_url")
+
+
 @pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def storage_url(request, tmp_path):
     """The same test over every RDB storage, as Optuna's own storage tests do."""

@@ -15,8 +15,9 @@ import sqlalchemy.exc
 from optuna.storages import RDBStorage
 
 from hpo.errors import StorageUnreachable, UserInputError
+from hpo.storage.pools import OneAtATimePool
 from hpo.storage.retry import RetryWithRefund
-from hpo.storage.urls import ensure_sqlite_folder, mask_password
+from hpo.storage.urls import ensure_sqlite_folder, mask_password, split_pooler
 
 # A trial whose process stops sending heartbeats is failed after the grace period, then retried.
 # The environment overrides them (tests use 1 s / 3 s rather than waiting half a minute).
@@ -43,6 +44,7 @@ def open_storage(
             f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
             f"or every trial looks dead between two heartbeats; e.g. 3x the interval"
         )
+    url, pooler = split_pooler(url)
     if create:
         ensure_sqlite_folder(url)
     else:
@@ -56,7 +58,7 @@ def open_storage(
                 heartbeat_interval=interval,
                 grace_period=grace,
                 heartbeat_stale_trial_callback=RetryWithRefund(),
-                engine_kwargs=_engine_kwargs(url),
+                engine_kwargs=_engine_kwargs(url, pooler),
                 skip_table_creation=not create,
                 skip_compatibility_check=not check_schema,
             )
@@ -98,17 +100,17 @@ def _require_sqlite_file(url: str) -> None:
         )
 
 
-def _engine_kwargs(url: str) -> dict:
+def _engine_kwargs(url: str, pooler: str | None = None) -> dict:
     if url.startswith("postgresql") or url.startswith("mysql"):
-        return {
-            # Fail fast on an unreachable host instead of hanging for minutes; drop dead pooled connections.
-            "pool_pre_ping": True,
-            "connect_args": {"connect_timeout": 10},
-            # Keep one idle connection per process: a trial process also needs one for its heartbeat
-            # thread, and with the pool's default of 5 sixty-odd workers exhaust PostgreSQL's 100.
-            "pool_size": 1,
-            "max_overflow": 8,
-        }
+        connect_args: dict = {"connect_timeout": 10}  # fail fast on an unreachable host
+        if pooler is not None and url.startswith("postgresql+psycopg"):
+            # A transaction pooler hands each transaction to any server connection, where a
+            # statement psycopg prepared on another one does not exist: prepare none.
+            connect_args["prepare_threshold"] = None
+        # One connection per process at most, held only while a statement runs: hundreds of
+        # workers then need no more server connections than run statements at once
+        # (`hpo.storage.pools`). A fresh connection is never stale: no pre-ping.
+        return {"poolclass": OneAtATimePool, "connect_args": connect_args}
     if url.startswith("sqlite"):
         # Many worker processes share one file: wait for its lock rather than failing after 5 s.
         return {"connect_args": {"timeout": 60}}

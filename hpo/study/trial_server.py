@@ -16,6 +16,7 @@ import sqlalchemy.engine
 import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
+from hpo.storage.pools import share_connection_with_children
 from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.placement import default_workers
 from hpo.workloads.registry import BUILTIN_WORKLOADS
@@ -46,6 +47,8 @@ def start_trial_server(space: SearchSpace, storage_url: str) -> multiprocessing.
     context = multiprocessing.get_context("forkserver")
     warmup = "hpo.study.forkserver_warmup"  # last: it uses what the others import
     context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url), warmup])
+    # The worker and its trial processes (forked from the forkserver) hold one connection between them.
+    share_connection_with_children()
     # The study's workload reaches the warm-up through the forkserver's environment, and only its.
     os.environ[WARMUP_ENV] = warmup_env(space)
     try:

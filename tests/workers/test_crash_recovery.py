@@ -116,13 +116,15 @@ def test_killed_worker_trial_is_retried_and_resumed_study_finishes_its_budget(st
 
 
 @pytest.mark.slow
-def test_worker_killed_beside_another_loses_nothing_on_postgres(postgres_url, tmp_path):
+def test_worker_killed_beside_another_loses_nothing_on_postgres(postgres_or_pgbouncer_url, tmp_path):
     """Two workers share a study; one is SIGKILLed (itself only: its forkserver and trial process
     must follow it through PR_SET_PDEATHSIG) while its trial runs. The other fails that trial once
-    its heartbeats stop, runs the retry with the same parameters, and spends the budget exactly."""
+    its heartbeats stop, runs the retry with the same parameters, and spends the budget exactly.
+    Directly and through PgBouncer in transaction-pooling mode: nothing relies on session state."""
+    db_url = postgres_or_pgbouncer_url
     space = space_file(tmp_path, n_trials=4, workload=CRASHY, misbehave="hang", once=str(tmp_path / "hung"))
-    create_study(space, postgres_url)
-    workers = [start_worker(postgres_url, log=tmp_path / f"worker{i}.log") for i in range(2)]
+    create_study(space, db_url)
+    workers = [start_worker(db_url, log=tmp_path / f"worker{i}.log") for i in range(2)]
     marker = tmp_path / "hung"
     try:
         hung_pid = int(wait_for(lambda: marker.exists() and marker.read_text(), timeout=120, what="a trial to hang"))
@@ -130,7 +132,7 @@ def test_worker_killed_beside_another_loses_nothing_on_postgres(postgres_url, tm
         (hung,) = wait_for(
             lambda: [
                 t
-                for t in trials(postgres_url)
+                for t in trials(db_url)
                 if t.state == TrialState.RUNNING and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")
             ],
             timeout=30,
@@ -146,10 +148,10 @@ def test_worker_killed_beside_another_loses_nothing_on_postgres(postgres_url, tm
         for worker in workers:
             if worker.poll() is None:
                 kill_group(worker)
-    found = trials(postgres_url)
+    found = trials(db_url)
     killed = found[hung.number]
     assert killed.state == TrialState.FAIL
     retry = _retry_of(killed, found)
     assert retry.params == killed.params and retry.state == TrialState.COMPLETE
-    _assert_budget_spent_exactly(postgres_url, 4, found)
+    _assert_budget_spent_exactly(db_url, 4, found)
     assert len({t.params["lr"] for t in found if t.state == TrialState.COMPLETE}) == 4  # no trial ran twice

@@ -87,14 +87,15 @@ def _everything_stored(url: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_worker_joins_by_study_name_and_a_larger_budget_resumes(postgres_url, tmp_path):
+def test_a_worker_joins_by_study_name_and_a_larger_budget_resumes(postgres_or_pgbouncer_url, tmp_path):
+    db_url = postgres_or_pgbouncer_url  # the budget's claims and refunds hold through PgBouncer too
     space = space_file(tmp_path, n_trials=2)
-    create = hpo("run", space, "--storage", postgres_url, "--workers", "0")  # as before a cluster job starts workers
+    create = hpo("run", space, "--storage", db_url, "--workers", "0")  # as before a cluster job starts workers
     assert create.returncode == 0 and "is ready" in create.stderr, create.stderr[-3000:]
-    assert trials(postgres_url) == []
-    join = hpo("worker", "--study", STUDY, "--in-process", env=hpo_env(HPO_STORAGE=postgres_url))
+    assert trials(db_url) == []
+    join = hpo("worker", "--study", STUDY, "--in-process", env=hpo_env(HPO_STORAGE=db_url))
     assert join.returncode == 0, join.stderr[-3000:]
-    _assert_ran_exactly(postgres_url, 2)
-    extend = hpo("run", space, "--storage", postgres_url, "--n-trials", "3", "--in-process")
+    _assert_ran_exactly(db_url, 2)
+    extend = hpo("run", space, "--storage", db_url, "--n-trials", "3", "--in-process")
     assert extend.returncode == 0, extend.stderr[-3000:]
-    _assert_ran_exactly(postgres_url, 3)
+    _assert_ran_exactly(db_url, 3)

@@ -116,19 +116,19 @@ def create_study(space: Path, storage_url: str) -> None:
     create_or_resume(load_space(space), storage_url)
 
 
-def trials(storage_url: str) -> list[optuna.trial.FrozenTrial]:
+def trials(storage_url: str, study: str = STUDY) -> list[optuna.trial.FrozenTrial]:
     storage = open_storage(storage_url)
     try:
-        return optuna.load_study(study_name=STUDY, storage=storage).get_trials()
+        return optuna.load_study(study_name=study, storage=storage).get_trials()
     finally:
         storage.engine.dispose()
 
 
-def tickets(storage_url: str) -> tuple[tuple[int, int], int]:
+def tickets(storage_url: str, study: str = STUDY) -> tuple[tuple[int, int], int]:
     """((claimed, budget), pending claims) of the study's ticket budget."""
     storage = open_storage(storage_url)
     try:
-        budget = TicketBudget(engine_of(storage), STUDY)
+        budget = TicketBudget(engine_of(storage), study)
         return budget.state(), budget.pending()
     finally:
         storage.engine.dispose()

@@ -1,0 +1,91 @@
+"""One connection per process and per worker, held only while a statement runs; the pooler option."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from hpo.errors import UserInputError
+from hpo.storage.open import open_storage
+from hpo.storage.pools import LOCK_ENV, OneAtATimePool
+from hpo.storage.urls import split_pooler
+
+
+def test_pooler_option_is_stripped_and_checked():
+    assert split_pooler("postgresql+psycopg://u@h:6432/db?hpo_pooler=transaction&sslmode=disable") == (
+        "postgresql+psycopg://u@h:6432/db?sslmode=disable",
+        "transaction",
+    )
+    assert split_pooler("sqlite:///x.db") == ("sqlite:///x.db", None)
+    with pytest.raises(UserInputError, match="hpo_pooler must be one of transaction, got 'session'"):
+        split_pooler("postgresql+psycopg://u@h/db?hpo_pooler=session")
+
+
+def _engine(tmp_path) -> sa.Engine:
+    return sa.create_engine(f"sqlite:///{tmp_path / 'x.db'}", poolclass=OneAtATimePool)
+
+
+def test_threads_take_turns_and_nothing_is_held_between_statements(tmp_path):
+    engine, inside, overlap = _engine(tmp_path), [], []
+
+    def use() -> None:
+        for _ in range(20):
+            with engine.connect() as conn:
+                inside.append(1)
+                overlap.append(len(inside))
+                conn.execute(sa.text("SELECT 1"))
+                time.sleep(0.001)
+                inside.pop()
+
+    threads = [threading.Thread(target=use) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(overlap) == 1
+    assert engine.pool._held == 0  # every connection went back, and was closed (NullPool)
+    with engine.connect() as outer, engine.connect() as nested:  # one thread may nest: no deadlock
+        assert outer.execute(sa.text("SELECT 1")).scalar_one() == nested.execute(sa.text("SELECT 2")).scalar_one() - 1
+
+
+def test_processes_sharing_the_lock_file_take_turns_and_a_killed_holder_frees_it(tmp_path, monkeypatch):
+    lock = tmp_path / "conn.lock"
+    monkeypatch.setenv(LOCK_ENV, str(lock))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import fcntl, os, time; fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT); "
+            + "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    engine, got = _engine(tmp_path), threading.Event()
+
+    def use() -> None:
+        with engine.connect():
+            got.set()
+
+    waiter = threading.Thread(target=use)
+    waiter.start()
+    assert not got.wait(0.5)  # the other process holds the worker's one connection
+    holder.kill()  # SIGKILL: the kernel drops its lock
+    holder.wait()
+    assert got.wait(5)
+    waiter.join()
+
+
+def test_postgres_storage_uses_the_pool_and_no_prepared_statements_behind_a_pooler(postgres_url):
+    storage = open_storage(postgres_url + "?hpo_pooler=transaction", create=True)
+    assert isinstance(storage.engine.pool, OneAtATimePool)
+    assert "hpo_pooler" not in str(storage.engine.url)
+    with storage.engine.connect() as conn:
+        assert conn.connection.dbapi_connection.prepare_threshold is None
+    storage.engine.dispose()

@@ -1,0 +1,58 @@
+"""Connections to the database while a real multi-worker study runs: at most one per worker at
+peak, none for a worker with nothing to do (`hpo.storage.pools`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from worker_harness import ROOT, hpo_env, space_file, tickets
+
+ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def _count_connections(database: str, stop: threading.Event, counts: list[int]) -> None:
+    """Sample pg_stat_activity every 20 ms, from another database so the sampler is not counted."""
+    engine = sa.create_engine(ADMIN)
+    query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :db")
+    with engine.connect() as conn:
+        while not stop.is_set():
+            counts.append(conn.execute(query, {"db": database}).scalar_one())
+            conn.rollback()  # each sample sees the current activity, not a snapshot
+            time.sleep(0.02)
+    engine.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("workers", "n_trials"), [(3, 6), (4, 2)])
+def test_at_most_one_connection_per_busy_worker_and_none_for_an_idle_one(postgres_url, tmp_path, workers, n_trials):
+    """With 4 workers and 2 trials, two workers find no ticket and wait for the others' trials
+    (they could still need a retry) holding no connection. Every worker queries at its start
+    (open the study, claim), so the bound over the whole run is one per worker, idle or not."""
+    database = postgres_url.rsplit("/", 1)[1]
+    stop, counts = threading.Event(), []
+    sampler = threading.Thread(target=_count_connections, args=(database, stop, counts), daemon=True)
+    sampler.start()
+    run = subprocess.run(
+        [sys.executable, "-m", "hpo.app.cli", "run", str(space_file(tmp_path, n_trials=n_trials)), "--storage", postgres_url]
+        + ["--workers", str(workers)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=hpo_env(),
+        cwd=ROOT,
+    )
+    stop.set()
+    sampler.join()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert tickets(postgres_url) == ((n_trials, n_trials), 0)
+    print(f"{workers} workers, {n_trials} trials: {len(counts)} samples, peak {max(counts)} connections")
+    assert max(counts) <= workers, f"peak {max(counts)} connections for {workers} workers (samples: {counts})"
+    # Most of the time nobody holds one: connections last as long as a statement.
+    assert sorted(counts)[len(counts) // 2] <= 1, counts
