@@ -13,15 +13,17 @@ attrs, so `RetryHeartbeatStaleTrialCallback.retry_history(trial)` reads it.
 from __future__ import annotations
 
 import copy
-import sys
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo.logging import get_logger
 from hpo.storage.optuna_compat import engine_of, storage_of
 from hpo.storage.tickets import TicketBudget
 from hpo.verdicts import Kind, Verdict
+
+_log = get_logger(__name__)
 
 # Study user attr holding the space file's `study.max_retries`, read when a trial crashes.
 MAX_RETRIES_ATTR = "hpo:max_retries"
@@ -44,11 +46,7 @@ class RetryWithRefund:
         limit = self.max_retries if self.max_retries is not None else max_retries_of(study)
         cause = trial.user_attrs.get("verdict", UNFINISHED)
         if len(history) > limit:
-            print(
-                f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})",
-                file=sys.stderr,
-                flush=True,
-            )
+            _log.warning(f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})")
             return
         # Queue the retry before the refund: a ticket must never be claimable while its retry is
         # missing, or the ticket's trial samples fresh parameters and the retry is left stranded.
@@ -62,11 +60,7 @@ class RetryWithRefund:
             )
         )
         TicketBudget(engine_of(storage_of(study)), study.study_name).refund()
-        print(
-            f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})",
-            file=sys.stderr,
-            flush=True,
-        )
+        _log.warning(f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})")
 
 
 def max_retries_of(study: optuna.Study) -> int:

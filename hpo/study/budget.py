@@ -4,7 +4,6 @@ process that held it and none is given back while that process lives."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -16,9 +15,12 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from hpo.errors import UserInputError
+from hpo.logging import get_logger
 from hpo.storage.optuna_compat import engine_of, liveness, storage_of, trial_id_of
 from hpo.storage.tickets import TicketBudget
 from hpo.verdicts import Kind, Verdict
+
+_log = get_logger(__name__)
 
 
 def tickets_of(study: optuna.Study) -> TicketBudget:
@@ -89,7 +91,7 @@ def bind_ticket(study: optuna.Study, tickets: TicketBudget, serial: int, trial_i
         )
     storage.set_trial_user_attr(trial_id, "verdict", LOST)
     storage.set_trial_state_values(trial_id, TrialState.FAIL)
-    print(f"trial {trial.number} {LOST}", file=sys.stderr, flush=True)
+    _log.warning(f"trial {trial.number} {LOST}")
     raise ClaimLost(f"ticket {serial} was reaped before trial {trial.number} could bind it")
 
 

@@ -15,6 +15,7 @@ import time
 
 import optuna
 
+from hpo.logging import get_logger
 from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.study.budget import ClaimKeeper, has_running, recover, require_budget
 from hpo.study.child import die_with_parent
@@ -24,6 +25,8 @@ from hpo.study.progress import MODE_ENV, make_display, set_sink
 from hpo.study.quiet import quiet_optuna
 from hpo.study.reference_folders import remove_orphaned_folders
 from hpo.study.trial_runners import ChildTrials, InProcessTrials, TrialsCannotStart
+
+_log = get_logger(__name__)
 
 STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
 
@@ -36,7 +39,7 @@ def run_workers(study: optuna.Study, storage_url: str, workers: int | None, time
         try:
             run_worker(study, storage_url, timeout=timeout, isolate=isolate)
         except TrialsCannotStart as exc:  # as `hpo worker` says it: one line, and this worker failed
-            print(f"worker error: {exc}", file=sys.stderr)
+            _log.warning(f"worker error: {exc}")
             return 1
         return 0
     cmd = [sys.executable, "-m", "hpo.app.cli", "worker", "--study", study.study_name]
@@ -51,7 +54,7 @@ def run_workers(study: optuna.Study, storage_url: str, workers: int | None, time
         raise
     failed = [(index, code) for index, code in enumerate(codes) if code != 0]
     for index, code in failed:
-        print(f"worker {index} exited with code {code}", file=sys.stderr)
+        _log.warning(f"worker {index} exited with code {code}")
     return len(failed)
 
 
@@ -121,7 +124,7 @@ def stop_on_sigterm():
 
     def stop(signum, frame) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker", file=sys.stderr, flush=True)
+        _log.warning("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker")
         raise SystemExit(128 + signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)
