@@ -6,7 +6,9 @@ sweep of `hpo probe` (`hpo.app.sweep`, its verdicts going to the study's verdict
 verified combinations again with repeats interleaved across them, ranks them
 (`hpo.study.strategy.rank_precision`), stores the decision under `KEPT_ATTR` and writes the study
 note. Every other worker waits until the decision is stored and reads it: the sweep never runs
-twice. If the sweeping worker fails, it stores the failure, and the waiting ones stop with it.
+twice. If the sweep fails, its worker stores the failure (`FAILED_ATTR`) and the waiting ones stop
+with it; a waiting worker on the same host also sees the sweeping process die. The next `hpo run`
+or `hpo worker` then sweeps again under a new lock.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from hpo.engine.step import run_step
 from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
 from hpo.storage.optuna_compat import add_study_user_attr
 from hpo.study.notes import DashboardNotes
-from hpo.study.strategy import KEPT_ATTR, LOCK_ATTR, Timing, decision_note, kept_of, rank_precision, rejected_lines
+from hpo.study.strategy import FAILED_ATTR, KEPT_ATTR, LOCK_ATTR, Timing, decision_note, kept_of, rank_precision, rejected_lines
 from hpo.verify.cache import StudyVerdicts
 from hpo.verify.speed import fastest_step_ms
 from hpo.workloads.registry import create_workload
@@ -49,35 +51,50 @@ def decide(study: optuna.Study, space: SearchSpace, say: Callable[[str], None] |
     if space.study.strategy != "probe_first":
         return None
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    decided = study.user_attrs.get(KEPT_ATTR)
-    if decided is None:
+    decided = None
+    while decided is None:
+        attempt = sum(k.startswith(FAILED_ATTR) for k in study.user_attrs)  # a failed sweep is retried by a later run
         me = {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
-        if add_study_user_attr(study, LOCK_ATTR, me):
-            decided = _sweep_and_store(study, space, say)
+        if add_study_user_attr(study, f"{LOCK_ATTR}:{attempt}", me):
+            decided = _sweep_and_store(study, space, attempt, say)
         else:
-            decided = _wait(study, say)
-    if decided.get("error"):
-        raise RuntimeError(f"study.strategy probe_first: the sweep failed: {decided['error']}")
+            decided = _wait(study, attempt, say)
     if not decided["kept"]:
         raise NothingVerified("\n".join(decided["rejected"]))
     return decided
 
 
-def _wait(study: optuna.Study, say) -> dict:
-    sweeper = study.user_attrs.get(LOCK_ATTR) or {}
-    say(f"study {study.study_name!r}: waiting for the knob sweep run by {sweeper.get('host')}:{sweeper.get('pid')}")
+def _wait(study: optuna.Study, attempt: int, say) -> dict | None:
+    """The decision once stored; None when the sweeper died on this host (the caller sweeps again)."""
+    sweeper = study.user_attrs.get(f"{LOCK_ATTR}:{attempt}") or {}
+    if KEPT_ATTR not in study.user_attrs:
+        say(f"study {study.study_name!r}: waiting for the knob sweep run by {sweeper.get('host')}:{sweeper.get('pid')}")
     while True:
-        decided = study.user_attrs.get(KEPT_ATTR)  # read from the storage each time
-        if decided is not None:
-            return decided
+        attrs = study.user_attrs  # read from the storage each time
+        if KEPT_ATTR in attrs:
+            return attrs[KEPT_ATTR]
+        failed = attrs.get(f"{FAILED_ATTR}{attempt}")
+        if failed is not None:
+            raise RuntimeError(f"study.strategy probe_first: the sweep failed ({failed['error']}); run again to retry it")
+        if sweeper.get("host") == socket.gethostname() and not _alive(sweeper.get("pid")):
+            add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"the sweeping process {sweeper.get('pid')} died"})
+            return None
         time.sleep(WAIT_S)
 
 
-def _sweep_and_store(study: optuna.Study, space: SearchSpace, say) -> dict:
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say) -> dict:
     try:
         decided = make_decision(space, sweep(space, StudyVerdicts(study)), space.study.keep_fastest)
     except BaseException as exc:  # the waiting workers must learn it, or they would wait forever
-        study.set_user_attr(KEPT_ATTR, {"error": f"{type(exc).__name__}: {exc}"[:500], "kept": []})
+        add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})
         raise
     study.set_user_attr(KEPT_ATTR, decided)
     _save_note(study)

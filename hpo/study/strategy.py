@@ -20,6 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 __all__ = [
+    "FAILED_ATTR",
     "KEPT_ATTR",
     "LOCK_ATTR",
     "NOISE_FLOOR",
@@ -33,7 +34,8 @@ __all__ = [
     "suggest_kept",
 ]
 
-LOCK_ATTR = "hpo:probe_first:sweeper"  # {"host", "pid", "at"}: who runs the sweep
+LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, who runs the sweep
+FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
 KEPT_ATTR = "hpo:probe_first"  # {"kept": [...], "table": str, "notes": [...]}: the decision
 # Two timings closer than this (relative) are a tie even if their repeats agree more closely.
 NOISE_FLOOR = 0.05

@@ -94,4 +94,4 @@ def test_two_workers_on_postgres_run_the_sweep_once(postgres_url, tmp_path):
     found = trials(postgres_url)
     assert len(found) == 4 and all(t.user_attrs["knobs_chosen_by"] == "sweep" for t in found)
     study = optuna.load_study(study_name=STUDY, storage=postgres_url)
-    assert study.user_attrs[LOCK_ATTR]["pid"] in {w.pid for w in workers}
+    assert study.user_attrs[f"{LOCK_ATTR}:0"]["pid"] in {w.pid for w in workers}

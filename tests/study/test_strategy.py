@@ -4,6 +4,8 @@ Timings here are given, never measured: the ranking must not depend on this mach
 
 from __future__ import annotations
 
+import os
+
 import optuna
 import pytest
 
@@ -117,3 +119,52 @@ def test_sampler_searches_precision_and_rank_only_among_the_kept():
     assert set().union(*(t.params for t in study.trials)) == {"precision", "kept_rank_fp32"}
     one = optuna.create_study().ask()
     assert suggest_kept(one, kept[:1]) == kept[0] and one.params == {}  # nothing left to search
+
+
+def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
+    from hpo.study.create import create_or_resume
+
+    space = parse_space(SPACE, source="t")
+    study = create_or_resume(space, f"sqlite:///{tmp_path / 'pf.db'}")
+    swept = []
+
+    def fake_sweep(space, store):
+        swept.append(1)
+        if fail and fail.pop(0):
+            raise RuntimeError("device lost")
+        return _rows()
+
+    monkeypatch.setattr(probe_first, "sweep", fake_sweep)
+    monkeypatch.setattr(
+        probe_first, "make_decision", lambda space, rows, keep: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []}
+    )
+    monkeypatch.setattr(probe_first, "_save_note", lambda study: None)
+    monkeypatch.setattr(probe_first, "decision_note", lambda decided: "decided")
+    return study, space, swept
+
+
+def test_a_failed_sweep_stops_the_waiting_workers_and_the_next_run_sweeps_again(tmp_path, monkeypatch):
+    from hpo.study.strategy import FAILED_ATTR
+
+    study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[True])
+    with pytest.raises(RuntimeError, match="device lost"):
+        probe_first.decide(study, space, say=lambda line: None)
+    assert study.user_attrs[f"{FAILED_ATTR}0"]["error"] == "RuntimeError: device lost"
+    with pytest.raises(RuntimeError, match="the sweep failed .*device lost"):  # a worker that waited on attempt 0
+        probe_first._wait(study, 0, say=lambda line: None)
+    assert probe_first.decide(study, space, say=lambda line: None)["kept"][0]["rank"] == 1  # attempt 1
+    assert len(swept) == 2 and probe_first.decide(study, space, say=lambda line: None) and len(swept) == 2  # read, not swept
+
+
+def test_a_worker_waiting_on_a_dead_sweeper_of_its_host_sweeps_itself(tmp_path, monkeypatch):
+    import socket
+    import subprocess
+
+    from hpo.study.strategy import LOCK_ATTR
+
+    study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    study.set_user_attr(f"{LOCK_ATTR}:0", {"host": socket.gethostname(), "pid": dead.pid, "at": 0})
+    assert probe_first.decide(study, space, say=lambda line: None)["kept"] and swept == [1]
+    assert study.user_attrs[f"{LOCK_ATTR}:1"]["pid"] == os.getpid()
