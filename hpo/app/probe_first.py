@@ -37,8 +37,11 @@ from hpo.workloads.registry import create_workload
 
 __all__ = ["NothingVerified", "decide", "interleaved_times", "make_decision"]
 
-REPEATS = 5  # rounds over the candidates; each round times every candidate once, in a rotated order
-STEPS = 4  # warm steps per timing; the fastest counts (noise only ever adds time)
+REPEATS = 3  # rounds over the candidates; each round times every candidate once, in a rotated order
+STEPS = 3  # warm steps per timing; the fastest counts (noise only ever adds time)
+# Timed again: the combinations the sweep measured within this factor of their precision's fastest.
+# The sweep's single timings varied by up to 25% (FINDINGS); one 1.5x slower cannot be the fastest.
+WINDOW = 1.5
 WAIT_S = 1.0  # how often a waiting worker reads the study for the decision
 
 
@@ -104,13 +107,14 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
 
 def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None) -> dict:
     """Rank the verified rows per precision on interleaved timings; keep `keep` of each."""
-    verified = [r for r in rows if r.verdict == "ok"]
-    by_precision: dict[str, list[dict]] = {}
-    for row in verified:
-        by_precision.setdefault(row.knobs["precision"], []).append(row.knobs)
-    timed = interleaved_times(space, [k for group in by_precision.values() if len(group) > 1 for k in group], measure)
+    by_precision: dict[str, list[SweepRow]] = {}
+    for row in rows:
+        if row.verdict == "ok":
+            by_precision.setdefault(row.knobs["precision"], []).append(row)
+    started, batch = time.perf_counter(), _batch_size(space)
+    timed = interleaved_times(space, [r.knobs for group in by_precision.values() for r in _contenders(group)], measure)
     ranked = {
-        precision: rank_precision([Timing(k, timed.get(_key(k), (1.0,))) for k in group])
+        precision: rank_precision([Timing(r.knobs, timed.get(_key(r.knobs)) or (_sweep_ms(r, batch),)) for r in group])
         for precision, group in sorted(by_precision.items())
     }
     return {
@@ -121,7 +125,26 @@ def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=N
         "keep_fastest": keep,
         "repeats": REPEATS,
         "steps": STEPS,
+        "timed_again_s": time.perf_counter() - started,
+        "window": WINDOW,
     }
+
+
+def _batch_size(space: SearchSpace) -> int:
+    knobs = Knobs(**{k: v[0] for k, v in space.systems.items()})
+    return build_config(space, representative_values(space), knobs).training.batch_size
+
+
+def _sweep_ms(row: SweepRow, batch_size: int) -> float:
+    """The sweep's own step time, for a combination not timed again."""
+    return 1000.0 * batch_size / row.samples_per_s if row.samples_per_s else float("inf")
+
+
+def _contenders(group: list[SweepRow]) -> list[SweepRow]:
+    """The ones worth timing again: within WINDOW of the fastest by the sweep; none if alone."""
+    fastest = max((r.samples_per_s or 0.0) for r in group)
+    close = [r for r in group if not r.samples_per_s or r.samples_per_s * WINDOW >= fastest]
+    return close if len(close) > 1 else []
 
 
 def _key(knobs: dict) -> str:
