@@ -127,7 +127,7 @@ def decision_note(decided: dict) -> str:
     """The study's note: the sweep's table, the ranking it was decided from, and what was kept."""
     lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
     lines += [
-        f"Verified combinations within {decided.get('window', 1.5)}x of their precision's fastest in the sweep were "
+        f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
         f"timed again: {decided['repeats']} repeats interleaved across them, the fastest of {decided['steps']} steps "
         f"each ({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
         "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
