@@ -183,3 +183,20 @@ def test_a_worker_waiting_on_a_dead_sweeper_of_its_host_sweeps_itself(tmp_path, 
     study.set_user_attr(f"{LOCK_ATTR}:0", {"host": socket.gethostname(), "pid": dead.pid, "at": 0})
     assert probe_first.decide(study, space, say=lambda line: None)["kept"] and swept == [1]
     assert study.user_attrs[f"{LOCK_ATTR}:1"]["pid"] == os.getpid()
+
+
+def test_a_worker_that_finds_the_sweep_under_way_waits_for_its_result_and_never_sweeps(tmp_path, monkeypatch):
+    import socket
+    import threading
+
+    from hpo.study.strategy import KEPT_ATTR, LOCK_ATTR
+
+    study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[])
+    study.set_user_attr(f"{LOCK_ATTR}:0", {"host": socket.gethostname(), "pid": os.getpid(), "at": 0})  # alive
+    monkeypatch.setattr(probe_first, "WAIT_S", 0.05)
+    result = {"kept": [{"knobs": _knobs("bf16"), "rank": 1}], "rejected": []}
+    timer = threading.Timer(0.5, lambda: study.set_user_attr(KEPT_ATTR, result))
+    timer.start()
+    said = []
+    assert probe_first.decide(study, space, say=said.append) == result and swept == []
+    assert said and "waiting for the knob sweep" in said[0]
