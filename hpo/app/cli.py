@@ -68,6 +68,8 @@ def cmd_run(args) -> int:
     if args.workers == 0:  # workers elsewhere (a cluster job) run it
         print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
         return 0
+    if not _probe_first(study, space, f"study {name!r}"):
+        return 1
     timeout = args.timeout if args.timeout is not None else space.study.timeout
     failed = run_workers(study, url, workers=args.workers, timeout=timeout, isolate=not args.in_process)
     if failed:
@@ -93,6 +95,10 @@ def cmd_worker(args) -> int:
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")
     study = open_study(args.study, args.storage)
+    from hpo.study.create import space_of
+
+    if not _probe_first(study, space_of(study), f"hpo worker: study {args.study!r}"):
+        return 1
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
     except TrialsCannotStart as exc:  # exit 1: this worker could not run trials; the study goes on without it
@@ -103,6 +109,20 @@ def cmd_worker(args) -> int:
         print(f"hpo worker: error: the storage failed ({mask_password(first)}); its trial is retried once stale", file=sys.stderr)
         return 3
     return 0
+
+
+def _probe_first(study, space, who: str) -> bool:
+    """`study.strategy: probe_first`: the opening sweep (run here, or by another worker) decided the
+    knobs; False (exit 1) when it verified none, after one line per rejected value."""
+    from hpo.app.probe_first import NothingVerified, decide
+
+    try:
+        decide(study, space)
+    except NothingVerified as exc:
+        print(f"{who}: no knob combination passed the sweep (study.strategy: probe_first); rejected:", file=sys.stderr)
+        print(str(exc), file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_best(args) -> int:

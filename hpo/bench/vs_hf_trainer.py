@@ -164,8 +164,10 @@ def _arguments(task: SearchTask, work_dir: Path) -> TrainingArguments:
     )
 
 
-def run_search(task: SearchTask, work_dir: Path) -> dict:
-    """Run the search; return the setup times, the best run and one dict per trial."""
+def run_search(task: SearchTask, work_dir: Path, timeout: float | None = None) -> dict:
+    """Run the search; return the setup times, the best run and one dict per trial. `timeout`
+    (seconds, Optuna's own `study.optimize(timeout=...)`, which hyperparameter_search passes on):
+    no trial starts after it."""
     start = time.perf_counter()
     clock = TrialClock()
     model_init, train, evaluation = SIDES[task.workload](task, clock)
@@ -187,6 +189,7 @@ def run_search(task: SearchTask, work_dir: Path) -> dict:
         direction="minimize",
         backend="optuna",
         sampler=optuna.samplers.TPESampler(seed=task.seed),
+        **({} if timeout is None else {"timeout": timeout}),
     )
     return {
         "data_s": data_s,
@@ -226,9 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-eval", type=int, default=SearchTask.n_eval)
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, help="seconds after which no trial starts")
+    parser.add_argument("--seed", type=int, default=SearchTask.seed)
     args = parser.parse_args(argv)
-    task = SearchTask(workload=args.task, steps=args.steps, trials=args.trials, n_eval=args.n_eval)
-    args.out.write_text(json.dumps(run_search(task, args.work_dir), indent=1) + "\n")
+    task = SearchTask(workload=args.task, steps=args.steps, trials=args.trials, n_eval=args.n_eval, seed=args.seed)
+    args.out.write_text(json.dumps(run_search(task, args.work_dir, args.timeout), indent=1) + "\n")
 
 
 if __name__ == "__main__":

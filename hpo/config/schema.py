@@ -48,6 +48,12 @@ class StudySpec(_Strict):
     # trial then ends FAIL with a `timeout: ...` verdict and is retried under max_retries. With
     # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.study.deadline).
     trial_timeout_s: float | None = Field(default=None, gt=0)
+    # joint: the sampler searches the hyperparameters and the knobs together. probe_first: the study
+    # starts with `hpo probe`'s sweep; the knobs that do not change the arithmetic are fixed to the
+    # fastest verified combination, and the sampler searches the hyperparameters plus the precision
+    # among the `keep_fastest` fastest verified combinations of each precision (hpo.study.strategy).
+    strategy: Literal["joint", "probe_first"] = "joint"
+    keep_fastest: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _one_direction_per_objective(self) -> StudySpec:

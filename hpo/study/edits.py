@@ -22,6 +22,8 @@ __all__ = ["FIXED", "Change", "fixed_changes", "setting_changes", "space_changes
 FIXED = (
     "study.objectives",
     "study.directions",
+    "study.strategy",  # the sampler's distributions depend on them
+    "study.keep_fastest",
     "workload",
     "params",
     "systems.precision",

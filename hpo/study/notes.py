@@ -23,6 +23,7 @@ from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.storage.urls import mask_password
 from hpo.study.knob_effects import knob_effects, markdown_table
 from hpo.study.observed import KNOB_NAMES, observed_knob
+from hpo.study.strategy import KEPT_ATTR, decision_note
 from hpo.verdicts import Verdict
 
 __all__ = ["STUDY_NOTE_EVERY", "DashboardNotes", "study_note", "study_note_due", "trial_note"]
@@ -87,7 +88,9 @@ def study_note(study: optuna.Study) -> str:
     effects = knob_effects(trials)
     table = markdown_table(effects, metric) if effects else "No knob took more than one value yet."
     schedule = "after trials 10, 20, ... 100, 200, ... 1,000, 2,000, ... and as each worker finishes"
-    return f"## What each knob did ({len(trials)} trials)\n\n{table}\n\nUpdated by hpo {schedule}."
+    note = f"## What each knob did ({len(trials)} trials)\n\n{table}\n\nUpdated by hpo {schedule}."
+    decided = study.user_attrs.get(KEPT_ATTR)  # study.strategy probe_first: the sweep's table comes first
+    return note if not decided or decided.get("error") else f"{decision_note(decided)}\n\n{note}"
 
 
 class DashboardNotes:

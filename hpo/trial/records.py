@@ -133,6 +133,16 @@ class TrialRecord(_Record):
         description="seconds per phase of the trial, in order: `start` (trial process start), `sample`, `data`, "
         "`probe`, `build`, `train`, `evidence` (the profiled step), `eval`, `flops`, `storage`; a phase not passed is absent",
     )
+    knobs_chosen_by: str | None = Field(
+        None,
+        description="with `study.strategy: probe_first`: `sweep`, the study's opening sweep chose the trial's knobs "
+        "(the sampler chose only the precision among those kept, and the hyperparameters)",
+    )
+    knobs_sweep_rank: int | None = Field(
+        None,
+        description="with `study.strategy: probe_first`: the rank of the trial's knob combination within its precision "
+        "in the sweep's ranking (1: the fastest, ties going to the one closest to the reference)",
+    )
     warm_start_from: str | None = Field(None, description="on a warm-started trial: `study#trial` whose configuration it repeats")
     retry_of: int | None = Field(None, description="on a retry: the number of the crashed trial it repeats")
     previous_verdict: str | None = Field(None, description="on a retry: the verdict of the trial it repeats")

@@ -1,0 +1,227 @@
+"""Run `study.strategy: probe_first`'s opening sweep, once per study, and store its decision.
+
+`decide(study, space)` is called by `hpo run` and `hpo worker` before any trial starts. The first
+worker to insert the study attr `LOCK_ATTR` (insert-if-absent: atomic in an RDB storage) runs the
+sweep of `hpo probe` (`hpo.app.sweep`, its verdicts going to the study's verdict cache), times the
+verified combinations again with repeats interleaved across them, ranks them
+(`hpo.study.strategy.rank_precision`), stores the decision under `KEPT_ATTR` and writes the study
+note. Every other worker waits until the decision is stored and reads it: the sweep never runs
+twice. If the sweep fails, its worker stores the failure (`FAILED_ATTR`) and the waiting ones stop
+with it; a waiting worker on the same host also sees the sweeping process die. The next `hpo run`
+or `hpo worker` then sweeps again under a new lock.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+
+import optuna
+
+from hpo.app.sweep import SweepRow, sweep, table
+from hpo.config.resolve import build_config, representative_values
+from hpo.config.space import SearchSpace
+from hpo.config.trial import Knobs, TrialConfig
+from hpo.engine.assembly import AssembledModel
+from hpo.engine.step import run_step
+from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
+from hpo.storage.optuna_compat import add_study_user_attr
+from hpo.study.notes import DashboardNotes
+from hpo.study.strategy import FAILED_ATTR, KEPT_ATTR, LOCK_ATTR, Timing, decision_note, kept_of, rank_precision, rejected_lines
+from hpo.verify.cache import StudyVerdicts
+from hpo.verify.speed import fastest_step_ms
+from hpo.workloads.registry import create_workload
+
+__all__ = ["NothingVerified", "decide", "interleaved_times", "make_decision"]
+
+REPEATS = 3  # rounds over the candidates; each round times every candidate once, in a rotated order
+STEPS = 3  # warm steps per timing; the fastest counts (noise only ever adds time)
+# Timed again: the combinations the sweep measured within this factor of their precision's fastest.
+# The sweep's single timings varied by up to 25% on a quiet host (FINDINGS), and by 5x on a host
+# shared with other jobs (a 12-combination sweep of bench-vs-hf's GPT, 2026-11-25): only a
+# combination far slower than that is left out.
+WINDOW = 3.0
+WAIT_S = 1.0  # how often a waiting worker reads the study for the decision
+
+
+class NothingVerified(Exception):
+    """No combination of the space passed the sweep: one line per rejected value (exit 1)."""
+
+
+def decide(study: optuna.Study, space: SearchSpace, say: Callable[[str], None] | None = None) -> dict | None:
+    """The study's probe_first decision (None for `joint`): read, waited for, or made here."""
+    if space.study.strategy != "probe_first":
+        return None
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    decided = None
+    while decided is None:
+        attempt = sum(k.startswith(FAILED_ATTR) for k in study.user_attrs)  # a failed sweep is retried by a later run
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+        if add_study_user_attr(study, f"{LOCK_ATTR}:{attempt}", me):
+            decided = _sweep_and_store(study, space, attempt, say)
+        else:
+            decided = _wait(study, attempt, say)
+    if not decided["kept"]:
+        raise NothingVerified("\n".join(decided["rejected"]))
+    return decided
+
+
+def _wait(study: optuna.Study, attempt: int, say) -> dict | None:
+    """The decision once stored; None when the sweeper died on this host (the caller sweeps again)."""
+    sweeper = study.user_attrs.get(f"{LOCK_ATTR}:{attempt}") or {}
+    if KEPT_ATTR not in study.user_attrs:
+        say(f"study {study.study_name!r}: waiting for the knob sweep run by {sweeper.get('host')}:{sweeper.get('pid')}")
+    while True:
+        attrs = study.user_attrs  # read from the storage each time
+        if KEPT_ATTR in attrs:
+            return attrs[KEPT_ATTR]
+        failed = attrs.get(f"{FAILED_ATTR}{attempt}")
+        if failed is not None:
+            raise RuntimeError(f"study.strategy probe_first: the sweep failed ({failed['error']}); run again to retry it")
+        if sweeper.get("host") == socket.gethostname() and not _alive(sweeper.get("pid")):
+            add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"the sweeping process {sweeper.get('pid')} died"})
+            return None
+        time.sleep(WAIT_S)
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say) -> dict:
+    try:
+        decided = make_decision(space, sweep(space, StudyVerdicts(study)), space.study.keep_fastest)
+    except BaseException as exc:  # the waiting workers must learn it, or they would wait forever
+        add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})
+        raise
+    study.set_user_attr(KEPT_ATTR, decided)
+    _save_note(study)
+    say(decision_note(decided))
+    return decided
+
+
+def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None) -> dict:
+    """Rank the verified rows per precision on interleaved timings; keep `keep` of each."""
+    by_precision: dict[str, list[SweepRow]] = {}
+    for row in rows:
+        if row.verdict == "ok":
+            by_precision.setdefault(row.knobs["precision"], []).append(row)
+    started, batch = time.perf_counter(), _batch_size(space)
+    timed = interleaved_times(space, [r.knobs for group in by_precision.values() for r in _contenders(group)], measure)
+    ranked = {
+        precision: rank_precision([Timing(r.knobs, timed.get(_key(r.knobs)) or (_sweep_ms(r, batch),)) for r in group])
+        for precision, group in sorted(by_precision.items())
+    }
+    return {
+        "kept": kept_of(ranked, keep),
+        "table": table(rows),
+        "ranking": [_ranking_line(p, r) for p, rs in ranked.items() for r in rs],
+        "rejected": rejected_lines([{"knobs": r.knobs, "verdict": r.verdict} for r in rows], space.systems),
+        "keep_fastest": keep,
+        "repeats": REPEATS,
+        "steps": STEPS,
+        "timed_again_s": time.perf_counter() - started,
+        "window": WINDOW,
+    }
+
+
+def _batch_size(space: SearchSpace) -> int:
+    knobs = Knobs(**{k: v[0] for k, v in space.systems.items()})
+    return build_config(space, representative_values(space), knobs).training.batch_size
+
+
+def _sweep_ms(row: SweepRow, batch_size: int) -> float:
+    """The sweep's own step time, for a combination not timed again."""
+    return 1000.0 * batch_size / row.samples_per_s if row.samples_per_s else float("inf")
+
+
+def _contenders(group: list[SweepRow]) -> list[SweepRow]:
+    """The ones worth timing again: within WINDOW of the fastest by the sweep; none if alone."""
+    fastest = max((r.samples_per_s or 0.0) for r in group)
+    close = [r for r in group if not r.samples_per_s or r.samples_per_s * WINDOW >= fastest]
+    return close if len(close) > 1 else []
+
+
+def _key(knobs: dict) -> str:
+    return "/".join(str(knobs[k]) for k in ("precision", "attention", "optimizer", "grad_checkpointing", "compile"))
+
+
+def _ranking_line(precision: str, ranked) -> dict:
+    timing = ranked.timing
+    return {
+        "precision": precision,
+        "rank": ranked.rank,
+        "knobs": timing.knobs,
+        "step_ms": timing.median_ms,
+        "spread": timing.spread,
+        "tied_with": [_key(k) for k in ranked.tied_with],
+    }
+
+
+def interleaved_times(space: SearchSpace, candidates: list[dict], measure=None) -> dict[str, tuple[float, ...]]:
+    """Each candidate's step time, `REPEATS` times, the repeats interleaved across candidates (round
+    r times them all, starting at a rotated position), so a machine that slows down for a while
+    slows every candidate alike. `measure(config, round)` is the timer; tests replace it."""
+    if not candidates:
+        return {}
+    values = representative_values(space)
+    configs = [build_config(space, values, Knobs(**k)) for k in candidates]
+    with _Timer(configs) if measure is None else _Fixed(measure) as timer:
+        times: dict[str, list[float]] = {_key(k): [] for k in candidates}
+        for repeat in range(REPEATS):
+            for i in range(len(configs)):
+                index = (i + repeat) % len(configs)
+                times[_key(candidates[index])].append(timer(configs[index], repeat))
+    return {k: tuple(v) for k, v in times.items()}
+
+
+class _Fixed:
+    def __init__(self, measure):
+        self.measure = measure
+
+    def __enter__(self):
+        return self.measure
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class _Timer:
+    """One warm model per candidate, built once; each call times `STEPS` steps of it."""
+
+    def __init__(self, configs: list[TrialConfig]):
+        first = configs[0]
+        self.device = resolve_device(first.device)
+        self.workload = create_workload(first.workload, first.workload_options)
+        self.workload.bind_training(first.training.params())
+        self.runtime = trial_runtime(self.device)
+        self.configs, self.models = configs, {}
+
+    def __enter__(self):
+        self.runtime.__enter__()
+        config = self.configs[0]
+        self.batch = next(self.workload.train_batches(config.training.batch_size, config.seed))
+        for config in self.configs:
+            seed_everything(config.seed)
+            model = AssembledModel(self.workload, config.knobs, config.training, self.device)
+            run_step(model, model.move(self.batch), 0)  # compiles, creates optimizer state
+            self.models[id(config)] = model
+        return self
+
+    def __call__(self, config: TrialConfig, repeat: int) -> float:
+        return fastest_step_ms(self.models[id(config)], self.batch, STEPS, budget_ms=float("inf"))
+
+    def __exit__(self, *exc) -> None:
+        self.models.clear()
+        self.runtime.__exit__(*exc)
+
+
+def _save_note(study: optuna.Study) -> None:
+    DashboardNotes().update_study_note(study)  # study_note() starts with the decision

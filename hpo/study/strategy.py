@@ -1,0 +1,147 @@
+"""`study.strategy: probe_first`: decide the knobs that only change speed from measurements, and
+spend the trials on what must be learned.
+
+The study starts with `hpo probe`'s sweep (`hpo.app.probe_first` runs it, once per study). From its
+verified rows, per precision, the combinations are ranked by step time measured again with repeats
+interleaved across them (`Timing`): a single timing varied by up to 25% between combinations that
+run the same kernels (FINDINGS). Combinations within the measurement noise of each other are a tie,
+and a tie goes to the combination closest to the reference (fp32/eager/for-loop, no checkpointing,
+no compile). The `keep_fastest` first of each precision are kept; the sampler then searches the
+hyperparameters, the precision among those kept, and (when more than one is kept for a precision)
+which of them (`suggest_kept`).
+
+The result is stored in the study (`KEPT_ATTR`), so every worker and every trial process reads the
+same decision; `LOCK_ATTR`, written insert-if-absent, makes one worker the one that sweeps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+__all__ = [
+    "FAILED_ATTR",
+    "KEPT_ATTR",
+    "LOCK_ATTR",
+    "NOISE_FLOOR",
+    "REFERENCE",
+    "Ranked",
+    "Timing",
+    "decision_note",
+    "kept_of",
+    "rank_precision",
+    "rejected_lines",
+    "suggest_kept",
+]
+
+LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, who runs the sweep
+FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
+KEPT_ATTR = "hpo:probe_first"  # {"kept": [...], "table": str, "notes": [...]}: the decision
+# Two timings closer than this (relative) are a tie even if their repeats agree more closely.
+NOISE_FLOOR = 0.05
+REFERENCE = {"attention": "eager", "optimizer": "forloop", "grad_checkpointing": False, "compile": False}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One combination's step times (ms), one per interleaved repeat."""
+
+    knobs: dict
+    times_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def spread(self) -> float:
+        """The repeats' relative range: how far apart this machine measured the same thing."""
+        return (max(self.times_ms) - min(self.times_ms)) / self.median_ms
+
+    @property
+    def distance(self) -> int:
+        """How many knobs differ from the reference: the fewer, the simpler."""
+        return sum(self.knobs.get(k) != v for k, v in REFERENCE.items())
+
+
+@dataclass(frozen=True)
+class Ranked:
+    rank: int  # 1 = kept first within its precision
+    timing: Timing
+    tied_with: tuple[dict, ...] = ()  # the combinations still unranked it tied with (and was preferred to)
+
+
+def _ties(first: Timing, other: Timing, floor: float) -> bool:
+    noise = max(floor, first.spread, other.spread)
+    return other.median_ms <= first.median_ms * (1 + noise)
+
+
+def rank_precision(timings: list[Timing], floor: float = NOISE_FLOOR) -> list[Ranked]:
+    """Rank one precision's verified combinations: repeatedly take the fastest left, and among the
+    ones within noise of it, the one closest to the reference (then the faster)."""
+    left = sorted(timings, key=lambda t: t.median_ms)
+    ranked: list[Ranked] = []
+    while left:
+        tied = [t for t in left if _ties(left[0], t, floor)]
+        pick = min(tied, key=lambda t: (t.distance, t.median_ms))
+        others = tuple(t.knobs for t in tied if t is not pick)
+        ranked.append(Ranked(len(ranked) + 1, pick, others))
+        left.remove(pick)
+    return ranked
+
+
+def kept_of(ranked: dict[str, list[Ranked]], keep: int) -> list[dict]:
+    """The `keep` first of each precision, as stored in the study."""
+    return [
+        {"knobs": r.timing.knobs, "rank": r.rank, "step_ms": r.timing.median_ms, "spread": r.timing.spread}
+        for rows in ranked.values()
+        for r in rows[:keep]
+    ]
+
+
+def rejected_lines(rows: list[dict], systems: dict[str, list]) -> list[str]:
+    """One line per searched knob value that no verified combination contains: why it was rejected
+    (the verdict of the first combination with it)."""
+    lines = []
+    for knob, values in systems.items():
+        for value in values:
+            with_it = [r for r in rows if r["knobs"][knob] == value]
+            if with_it and not any(r["verdict"] == "ok" for r in with_it):
+                lines.append(f"{knob}={value}: {with_it[0]['verdict']}")
+    return lines
+
+
+def suggest_kept(trial, kept: list[dict]) -> dict:
+    """The kept combination this trial trains with: the precision among those kept, then, when
+    several are kept for it, which one (a param per precision: its choices never change)."""
+    precisions = sorted({k["knobs"]["precision"] for k in kept})
+    precision = precisions[0] if len(precisions) == 1 else trial.suggest_categorical("precision", precisions)
+    mine = [k for k in kept if k["knobs"]["precision"] == precision]
+    if len(mine) == 1:
+        return mine[0]
+    rank = trial.suggest_categorical(f"kept_rank_{precision}", [k["rank"] for k in mine])
+    return next(k for k in mine if k["rank"] == rank)
+
+
+def decision_note(decided: dict) -> str:
+    """The study's note: the sweep's table, the ranking it was decided from, and what was kept."""
+    lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
+    lines += [
+        f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
+        f"timed again: {decided['repeats']} repeats interleaved across them, the fastest of {decided['steps']} steps "
+        f"each ({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
+        "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
+        "",
+        "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | kept |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in decided["ranking"]:
+        k, kept = r["knobs"], "yes" if r["rank"] <= decided["keep_fastest"] else ""
+        tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
+        lines.append(
+            f"| {r['precision']} | {r['rank']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
+            f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {kept}{tie} |"
+        )
+    if decided["rejected"]:
+        lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
+    return "\n".join(lines)
