@@ -10,6 +10,8 @@ creation, and SQLite waits for a writer's lock (workers may still be writing) in
 from __future__ import annotations
 
 import errno
+import signal
+import threading
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -61,6 +63,10 @@ def serve_dashboard(storage_url: str, study_name: str | None, host: str, port: i
         reason = "already in use; choose another with --port" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise UserInputError(f"cannot listen on {host}:{port}: {reason}") from None
     _log.info(f"optuna-dashboard for {mask_password(storage_url)}: {study_url(host, port, study_id)}")
+    # A process a shell started in the background inherits SIGINT ignored, and Python then never
+    # raises KeyboardInterrupt: Ctrl-C (or `kill -INT`) must still stop the dashboard.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
