@@ -31,7 +31,7 @@ from hpo.verdicts import Verdict
 from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key, speed_key, verdict_key
 from hpo.verify.compared import ReferenceFiles
 from hpo.verify.known_failures import is_sticky_device_error
-from hpo.verify.probe import run_probe
+from hpo.verify.probe import keep_probe, run_probe
 from hpo.workloads.registry import create_workload
 
 _log = get_logger(__name__)
@@ -167,13 +167,9 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise
-            _log.warning(f"hpo probe: {config.knobs.as_dict()} failed with an error (not a verdict):\n{short_traceback(exc)}")
-            return SweepRow(config.knobs.as_dict(), str(error_verdict(exc)), None, None, None, None, None, cached=False)
-        record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
-        store.add(key, record)
-        speed = probe.speed_record(batch_size)
-        if speed is not None:
-            store.add(speed_key(key, batch_size), speed)
+            _log.warning(f"hpo probe: {_knobs(config)} failed with an error (not a verdict):\n{short_traceback(exc)}")
+            return _error_row(config, exc)
+        record, speed = keep_probe(store, key, facts, probe, batch_size)
     verdict = cached_verdict(record)
     if verdict.ok and speed is not None:
         verdict = cached_verdict(speed)

@@ -26,7 +26,7 @@ from hpo.trial.trainer import EvalCallback, TooSlow, train
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import VerdictStore, reference_key, speed_key, verdict_key
 from hpo.verify.compared import ReferenceFiles
-from hpo.verify.probe import ProbeResult, run_probe, speed_fact
+from hpo.verify.probe import ProbeResult, keep_probe, run_probe, speed_fact
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.verify.speed import prove_slow
@@ -146,10 +146,7 @@ class _TrialRun:
                 probe = run_probe(
                     workload, config, device, self.verdicts, own_loop, timed=not own_loop, references=self.references
                 )
-            self.verdicts.add(self.key, {**probe.record(), "knobs": self.facts["knobs"], "device": self.facts["device"]})
-            speed = probe.speed_record(config.training.batch_size)
-            if speed is not None:
-                self.verdicts.add(speed_key(self.key, config.training.batch_size), speed)
+            keep_probe(self.verdicts, self.key, self.facts, probe, config.training.batch_size)
             attrs.update(_probe_attrs(probe))
             verdict = probe.slow if probe.ok and probe.slow is not None else probe.verdict
             if not verdict.ok:

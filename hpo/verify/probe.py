@@ -43,7 +43,7 @@ from hpo.hardware.memory import resident_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.blame import isolate
-from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
+from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key, speed_key
 from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
 from hpo.verify.known_failures import is_sticky_device_error, match_known_failure
 from hpo.verify.reference import time_reference
@@ -105,6 +105,17 @@ def speed_fact(verdict: Verdict, slowdown: float | None, step_ms: float, batch_s
         "trial_step_ms": step_ms,
         "batch_size": batch_size,
     }
+
+
+def keep_probe(store: VerdictStore, key: str, facts: dict, probe: ProbeResult, batch_size: int) -> tuple[dict, dict | None]:
+    """Record a probe's facts, each insert-if-absent under its own key: its verdict (`key`) and, when
+    it was timed, its speed at `batch_size` (`speed_key`). Returns both records."""
+    record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
+    store.add(key, record)
+    speed = probe.speed_record(batch_size)
+    if speed is not None:
+        store.add(speed_key(key, batch_size), speed)
+    return record, speed
 
 
 class NotReproduced(HpoError):
