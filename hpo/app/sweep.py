@@ -30,6 +30,7 @@ from hpo.trial.executor import cached_verdict
 from hpo.verdicts import Verdict
 from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key, speed_key, verdict_key
 from hpo.verify.compared import ReferenceFiles
+from hpo.verify.implied import implied_failure
 from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.probe import keep_probe, run_probe
 from hpo.workloads.registry import create_workload
@@ -152,6 +153,11 @@ def _error_row(config: TrialConfig, exc: BaseException) -> SweepRow:
     return SweepRow(config.knobs.as_dict(), str(error_verdict(exc)), None, None, None, None, None, cached=False)
 
 
+def _values(config: TrialConfig) -> dict:
+    """What a verdict's implicated part can name: the knobs, and the batch size a `slow` was timed at."""
+    return {**config.knobs.as_dict(), "batch_size": config.training.batch_size}
+
+
 def _knobs(config: TrialConfig) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.knobs.as_dict().items())
 
@@ -161,6 +167,9 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
     batch_size = config.training.batch_size
     record, speed = store.get(key), store.get(speed_key(key, batch_size))
     cached = record is not None and (speed is not None or not cached_verdict(record).ok)
+    implied = None if cached else implied_failure(store, _values(config), facts["device"])
+    if implied is not None:
+        return SweepRow(config.knobs.as_dict(), str(implied), None, None, None, None, None, cached=True)
     if not cached:
         try:
             probe = run_probe(workload, config, device, store, references=references)

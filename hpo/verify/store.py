@@ -26,6 +26,8 @@ class VerdictStore(Protocol):
 
     def add(self, key: str, record: dict) -> bool: ...
 
+    def all(self) -> dict[str, dict]: ...
+
 
 class StudyVerdicts:
     """Verdicts kept as study user attributes, so optuna-dashboard shows them too."""
@@ -65,3 +67,6 @@ class MemoryVerdicts:
 
     def add(self, key: str, record: dict) -> bool:
         return self.records.setdefault(key, record) is record
+
+    def all(self) -> dict[str, dict]:
+        return {k: v for k, v in self.records.items() if isinstance(v, dict) and "verdict" in v}
