@@ -1,4 +1,4 @@
-"""The tables `scripts/bench-knobs` prints from `hpo.bench.knobs.run_knobs`'s result."""
+"""The tables `scripts/bench-knobs` prints from `benchmarks.knobs.run_knobs`'s result."""
 
 from __future__ import annotations
 

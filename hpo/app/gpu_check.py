@@ -6,17 +6,19 @@ pre-trial probe gives the verdict, the loss/gradient error against fp32/eager an
 steps (throughput relative to the fp32/eager/for-loop reference); a combination the probe passes
 then trains `steps` steps, which gives its trained throughput and peak memory.
 
-`run_matrix` runs each combination in a fresh process (`python -m hpo.bench.gpu_check SPEC`), so a
+`run_matrix` runs each combination in a fresh process (`python -m hpo.app.gpu_check SPEC`), so a
 sticky CUDA error, an out-of-memory or a crash costs that combination only, and appends its row to
 a JSON Lines file as soon as it is known; run again, it skips the combinations already in the file.
-`scripts/gpu-check` is its command line; docs/gpu-readiness.md documents the row format.
+`hpo gpu-check` is its command line (`check_here`); docs/gpu-readiness.md documents the row format.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -26,6 +28,9 @@ from pathlib import Path
 import torch
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
+from hpo.hardware.probes import device_model
+from hpo.hardware.runtime import resolve_device
+from hpo.logging import get_logger
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts, speed_key
 
@@ -33,6 +38,7 @@ __all__ = [
     "WORKLOAD_OPTIONS",
     "MatrixCheck",
     "check",
+    "check_here",
     "check_in_child",
     "markdown",
     "matrix",
@@ -40,6 +46,8 @@ __all__ = [
     "row_key",
     "run_matrix",
 ]
+
+_log = get_logger(__name__)
 
 # Small enough to probe hundreds of combinations, large enough that kernels dominate.
 WORKLOAD_OPTIONS = {
@@ -173,7 +181,7 @@ def check_in_child(workload: str, knobs: Knobs, how: MatrixCheck, timeout_s: flo
     spec = json.dumps({"workload": workload, "knobs": knobs.as_dict(), "how": dataclasses.asdict(how)})
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "hpo.bench.gpu_check", spec], capture_output=True, text=True, timeout=timeout_s
+            [sys.executable, "-m", "hpo.app.gpu_check", spec], capture_output=True, text=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired:
         return _crashed_row(workload, knobs, f"no result within {timeout_s:.0f} s")
@@ -210,6 +218,21 @@ def run_matrix(
             _append(path, row)
             log(f"[{workload} {index}/{len(combos)}] {knobs.as_dict()} -> {row['verdict']}")
     return read_rows(path)
+
+
+def check_here(out_dir: Path, workloads: Iterable[str], combos: list[Knobs], how: MatrixCheck, timeout_s: float) -> str:
+    """The matrix on `how.device`: rows in `out_dir/gpu-<device>.jsonl` (resumed if it exists), the
+    markdown table of every row beside it (.md). Returns the table."""
+    name = device_model(resolve_device(how.device))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"gpu-{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-').lower()}.jsonl"
+    meta = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda}
+    stamp = {"date": str(datetime.date.today())}
+    rows = run_matrix(path, workloads, combos, how, meta, timeout_s=timeout_s, stamp=stamp, log=_log.info)
+    table = markdown(rows, f"{name}, torch {torch.__version__}")
+    path.with_suffix(".md").write_text(table + "\n")
+    _log.info(f"rows in {path}, table in {path.with_suffix('.md')}")
+    return table
 
 
 def _child(argv: list[str]) -> int:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hpo.bench.host import cpu_info
+from benchmarks.host import cpu_info
+from benchmarks.saved_memory import saved_activations, tensor_bytes
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.errors import UserInputError
-from hpo.hardware.memory import tensor_bytes
 from hpo.hardware.probes import bf16_supported, device_model
 from hpo.hardware.runtime import resolve_device, seed_everything
 from hpo.trial.executor import TrialOutcome, execute
@@ -48,7 +48,7 @@ CONFIGS = {
 }
 MEM_CPU = (
     "peak mem = params + grads + optimizer state + peak live autograd-saved activations in one step "
-    "(MemoryMeter.saved_activations; excludes temporaries and the interpreter)"
+    "(benchmarks.saved_memory; excludes temporaries and the interpreter)"
 )
 MEM_CUDA = "peak mem = torch.cuda.max_memory_allocated over the training loop"
 
@@ -106,18 +106,18 @@ def trial_config(bench: KnobsBench, knobs: Knobs, steps: int, eval_every: int | 
 
 def cpu_peak_mem_mb(config: TrialConfig, device: torch.device) -> float:
     """Params, grads and optimizer state after one warm-up step (it creates the state and compiles),
-    plus the peak autograd-saved activations of one more step, measured by the model's meter."""
+    plus the peak autograd-saved activations of one more step (`benchmarks.saved_memory`)."""
     seed_everything(config.seed)
     assembled = AssembledModel(create_workload(config.workload, config.workload_options), config.knobs, config.training, device)
     batch = assembled.move(next(assembled.workload.train_batches(config.training.batch_size, config.seed)))
     assembled.forward_backward(batch)
     assembled.optimizer_step()
     params = list(assembled.model.parameters())
-    with assembled.memory.saved_activations(exclude=params):
+    with saved_activations(exclude=params) as saved:
         assembled.forward_backward(batch)
     state = [t for s in assembled.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     held = tensor_bytes(params + [p.grad for p in params if p.grad is not None] + state)
-    return (held + assembled.memory.saved_peak_bytes) / 2**20
+    return (held + saved.peak) / 2**20
 
 
 def _progress(line: str) -> None:

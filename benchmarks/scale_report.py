@@ -1,4 +1,4 @@
-"""The tables `scripts/bench-scale` prints from its report (hpo.bench.scale and scale_growth)."""
+"""The tables `scripts/bench-scale` prints from its report (benchmarks.scale and scale_growth)."""
 
 from __future__ import annotations
 

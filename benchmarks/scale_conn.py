@@ -17,8 +17,8 @@ import warnings
 import optuna
 import sqlalchemy as sa
 
-from hpo.bench.scale import create_study, space
-from hpo.bench.scale_db import DbTimer, fresh_database
+from benchmarks.scale import create_study, space
+from benchmarks.scale_db import DbTimer, fresh_database
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of
 from hpo.study.budget import tickets_of

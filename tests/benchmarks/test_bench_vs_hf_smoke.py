@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpo.bench.vs_hf_report import ROWS
-from hpo.bench.vs_hf_task import WORKLOADS, SearchTask, hpo_space
+from benchmarks.vs_hf_report import ROWS
+from benchmarks.vs_hf_task import WORKLOADS, SearchTask, hpo_space
 from hpo.config.space import parse_space
 
 ROOT = Path(__file__).resolve().parents[2]

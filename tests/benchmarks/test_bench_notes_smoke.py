@@ -1,4 +1,4 @@
-"""hpo.bench.notes_cost on the real PostgreSQL server at a tiny size: the workers run with notes on,
+"""benchmarks.notes_cost on the real PostgreSQL server at a tiny size: the workers run with notes on,
 then each trial's note callback is replayed and timed on the finished study."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import optuna
 import pytest
 from conftest import POSTGRES_ADMIN
 
-from hpo.bench.notes_cost import run_notes_cost
+from benchmarks.notes_cost import run_notes_cost
 
 
 @pytest.mark.slow

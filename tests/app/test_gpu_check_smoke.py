@@ -1,4 +1,4 @@
-"""hpo.bench.gpu_check and scripts/gpu-check on CPU with the toy workload: verdicts come from hpo's executor."""
+"""hpo.app.gpu_check, `hpo gpu-check` and scripts/gpu-check on CPU with the toy workload: verdicts come from hpo's executor."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from conftest import TOY
 
-from hpo.bench.gpu_check import MatrixCheck, check, markdown, matrix, read_rows, run_matrix
+from hpo.app.gpu_check import MatrixCheck, check, markdown, matrix, read_rows, run_matrix
 from hpo.config.trial import Knobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,12 +47,33 @@ def test_a_rejected_combination_reads_as_its_verdict():
     assert row["train_samples_per_s"] is None
 
 
-def _script(tmp_path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(ROOT / "scripts" / "gpu-check"), "--workloads", TOY, "--precision", "fp32"]
-    cmd += ["--attention", "eager", "--optimizer", "forloop", "--checkpointing", "false", "--compile", "false"]
-    cmd += ["--compile-backend", "eager", "--batch-size", "8", "--steps", "2", "--device", "cpu", "--out-dir", str(tmp_path)]
+SMALLEST = ["--workloads", TOY, "--precision", "fp32", "--attention", "eager", "--optimizer", "forloop"]
+SMALLEST += ["--checkpointing", "false", "--compile", "false", "--compile-backend", "eager", "--batch-size", "8", "--steps", "2"]
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "KINETO_LOG_LEVEL": "5"}
-    return subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+
+
+def _script(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    script = [sys.executable, str(ROOT / "scripts" / "gpu-check"), *SMALLEST, "--device", "cpu", "--out-dir", str(tmp_path)]
+    return _run([*script, *extra], tmp_path)
+
+
+def test_hpo_gpu_check_writes_into_the_current_folder_by_default(tmp_path):
+    """The command a pip-installed hpo has: `hpo gpu-check`, rows beside where it runs."""
+    proc = _run([sys.executable, "-m", "hpo.app.cli", "gpu-check", *SMALLEST, "--device", "cpu"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (written,) = tmp_path.glob("gpu-*.jsonl")
+    assert [json.loads(line)["verdict"] for line in written.read_text().splitlines()] == ["ok"]
+    assert proc.stdout.startswith("Knob verification on") and "-> ok" in proc.stderr
+
+
+def test_hpo_gpu_check_refuses_an_unknown_knob_value(tmp_path):
+    proc = _run([sys.executable, "-m", "hpo.app.cli", "gpu-check", "--precision", "fp8"], tmp_path)
+    assert proc.returncode == 2 and "invalid choice: 'fp8'" in proc.stderr and "fp32" in proc.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_script_writes_json_lines_and_markdown(tmp_path):

@@ -33,8 +33,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from hpo.bench.vs_hf import _env, _read_hf, host_info, progress
-from hpo.bench.vs_hf_task import SearchTask, hpo_space
+from benchmarks.vs_hf import _env, _read_hf, host_info, progress
+from benchmarks.vs_hf_task import SearchTask, hpo_space
 from hpo.verdicts import Verdict
 
 __all__ = ["KNOBS", "SIDES", "AnytimeBench", "curve", "reach_fractions", "run_anytime", "table"]
@@ -124,7 +124,7 @@ def _hf_command(task: SearchTask, bench: AnytimeBench, work: Path) -> list[str]:
     return [
         bench.python,
         "-m",
-        "hpo.bench.vs_hf_trainer",
+        "benchmarks.vs_hf_trainer",
         *("--task", task.workload, "--steps", str(task.steps), "--trials", str(task.trials), "--n-eval", str(task.n_eval)),
         *("--seed", str(task.seed), "--timeout", str(bench.budget_s)),
         *("--work-dir", str(work), "--out", str(work / "hf.json")),

@@ -1,6 +1,6 @@
 """What optuna-dashboard notes cost a study that many workers share on PostgreSQL.
 
-The study runs as `hpo.bench.scale.run_workers` runs it (W worker processes, hpo's own loop and
+The study runs as `benchmarks.scale.run_workers` runs it (W worker processes, hpo's own loop and
 objective, a tiny model, notes on, as users get them), with two knobs searched so that the study
 note has a knob-effect table to compute. On the finished study, each trial's note callback is then
 replayed and timed: the trial's note (a few system-attr writes) and the study note (every trial read back and the table recomputed), at the study's final size,
@@ -15,8 +15,8 @@ import time
 
 import optuna
 
-from hpo.bench.scale import FIXED_KNOBS, run_workers
-from hpo.bench.scale_db import percentile
+from benchmarks.scale import FIXED_KNOBS, run_workers
+from benchmarks.scale_db import percentile
 from hpo.storage.open import open_storage
 from hpo.study.notes import DashboardNotes, study_note_due
 

@@ -7,7 +7,7 @@ per-trial cost of running each trial in its own process. `scripts/bench-scale` c
    steps and records every user attr a real trial records. Reports trials/s, the trial's duration
    from its own timestamps (sampling, probe, training and storage writes), and the database time
    per trial: time inside the database driver, summed over the worker's threads.
-2. Sampler latency as the study grows: see `hpo.bench.scale_growth`.
+2. Sampler latency as the study grows: see `benchmarks.scale_growth`.
 3. Isolation (`run_isolation`). The same N-trial study through `hpo run --in-process` and through
    `hpo run` (a forkserver child per trial). Reports the gap between trials, the trial's own
    duration, and worker start-up.
@@ -29,7 +29,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from hpo.bench.scale_db import DbTimer, fresh_database, percentile, server_cpu_s
+from benchmarks.results import child_env
+from benchmarks.scale_db import DbTimer, fresh_database, percentile, server_cpu_s
 from hpo.config.space import parse_space
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of
@@ -136,8 +137,7 @@ def _workers_row(url, name, budget, procs, done, began, server) -> dict:
 
 def run_isolation(admin: str, n_trials: int) -> dict:
     """The same study through `hpo run --in-process` and `hpo run` (a child per trial)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", KINETO_LOG_LEVEL="5")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p)
+    env = child_env(OMP_NUM_THREADS="1", KINETO_LOG_LEVEL="5")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "space.yaml"

@@ -1,11 +1,11 @@
 """Hugging Face `Trainer.hyperparameter_search` (optuna backend) against `hpo run` on one task
-(`hpo.bench.vs_hf_task`), back to back. Each side is a process of its own, timed from launch to
+(`benchmarks.vs_hf_task`), back to back. Each side is a process of its own, timed from launch to
 exit, so start-up counts; repeats alternate the sides (HF, hpo, HF, hpo, ...).
 
 Per trial both sides report Optuna's own start and end times, the steps run and the median step
 time; the Trainer side adds its model_init, training-loop and evaluation seconds
-(`hpo.bench.vs_hf_trainer`), the hpo side the user attrs its trials record. `scripts/bench-vs-hf`
-prints `hpo.bench.vs_hf_report.table(result)` and writes `result` as JSON.
+(`benchmarks.vs_hf_trainer`), the hpo side the user attrs its trials record. `scripts/bench-vs-hf`
+prints `benchmarks.vs_hf_report.table(result)` and writes `result` as JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
-import os
 import platform
 import shlex
 import subprocess
@@ -26,9 +25,10 @@ from pathlib import Path
 import optuna
 import yaml
 
-from hpo.bench.host import cpu_info
-from hpo.bench.vs_hf_report import summarize
-from hpo.bench.vs_hf_task import SearchTask, hpo_space
+from benchmarks.host import cpu_info
+from benchmarks.results import child_env
+from benchmarks.vs_hf_report import summarize
+from benchmarks.vs_hf_task import SearchTask, hpo_space
 from hpo.errors import HpoError
 
 __all__ = ["HPO_ATTRS", "SIDES", "BenchError", "VsHfBench", "host_info", "run_side", "run_vs_hf"]
@@ -100,7 +100,7 @@ def run_side(side: str, bench: VsHfBench, repeat: int) -> dict:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "KINETO_LOG_LEVEL": "5"}  # the profiler's start/stop lines are noise
+    return child_env(KINETO_LOG_LEVEL="5")  # the profiler's start/stop lines are noise
 
 
 def _hf_command(bench: VsHfBench, work: Path) -> list[str]:
@@ -108,7 +108,7 @@ def _hf_command(bench: VsHfBench, work: Path) -> list[str]:
     return [
         bench.python,
         "-m",
-        "hpo.bench.vs_hf_trainer",
+        "benchmarks.vs_hf_trainer",
         *("--task", task.workload, "--steps", str(task.steps), "--trials", str(task.trials), "--n-eval", str(task.n_eval)),
         *("--work-dir", str(work), "--out", str(work / "hf.json")),
     ]

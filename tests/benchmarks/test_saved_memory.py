@@ -1,13 +1,13 @@
-"""MemoryMeter's saved-activation figure: what autograd keeps for backward, and what checkpointing lowers."""
+"""The knobs benchmark's saved-activation figure: what autograd keeps for backward, and what checkpointing lowers."""
 
 from __future__ import annotations
 
 import torch
 from conftest import toy_config
 
+from benchmarks.saved_memory import saved_activations
 from hpo.config.trial import Knobs
 from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory import MemoryMeter
 from hpo.workloads.registry import create_workload
 
 
@@ -19,9 +19,9 @@ def saved_mb(grad_checkpointing: bool) -> float:
         create_workload(config.workload, config.workload_options), config.knobs, config.training, torch.device("cpu")
     )
     batch = next(assembled.workload.train_batches(16, 0))
-    with assembled.memory.saved_activations(exclude=assembled.model.parameters()):
+    with saved_activations(exclude=assembled.model.parameters()) as saved:
         assembled.forward_backward(batch)
-    return assembled.memory.saved_peak_mb
+    return saved.peak / 2**20
 
 
 def test_checkpointing_lowers_the_saved_activations():
@@ -33,8 +33,7 @@ def test_checkpointing_lowers_the_saved_activations():
 def test_saved_bytes_count_a_shared_storage_once_and_skip_excluded_tensors():
     weight = torch.randn(256, 256, requires_grad=True)  # 256 KiB, excluded
     x = torch.randn(64, 256, requires_grad=True)  # 64 KiB, saved by both matmuls
-    meter = MemoryMeter(torch.device("cpu"))
-    with meter.saved_activations(exclude=[weight]):
+    with saved_activations(exclude=[weight]) as saved:
         ((x @ weight) + (x @ weight.T)).sum().backward()
-    assert meter.saved_peak_bytes == x.numel() * x.element_size()
-    assert meter.peak_mb == 0  # the trial's figure is untouched until sample() is called
+    assert saved.peak == x.numel() * x.element_size()
+    assert saved.live == 0 and not saved.refs  # backward freed what it used

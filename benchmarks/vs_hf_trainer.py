@@ -1,8 +1,8 @@
 """The Hugging Face side of `scripts/bench-vs-hf`: `Trainer.hyperparameter_search` with the optuna
-backend on one of the tasks of `hpo.bench.vs_hf_task`, timed per trial. It runs as its own process,
+backend on one of the tasks of `benchmarks.vs_hf_task`, timed per trial. It runs as its own process,
 so its start-up counts, and writes what it measured as JSON:
 
-    python -m hpo.bench.vs_hf_trainer --task text_classification --steps 10 --trials 4 --n-eval 256 --work-dir DIR --out hf.json
+    python -m benchmarks.vs_hf_trainer --task text_classification --steps 10 --trials 4 --n-eval 256 --work-dir DIR --out hf.json
 
 Per trial: Optuna's start and end times, the time in `model_init`, the training loop (callback
 `on_train_begin` to `on_train_end`), each optimizer step (one `on_step_end` to the next, so the
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
-from hpo.bench.vs_hf_task import WORKLOADS, SearchTask
+from benchmarks.vs_hf_task import WORKLOADS, SearchTask
 from hpo.workloads.registry import create_workload
 from hpo.workloads.text_classification import _model_path, load_data
 

@@ -18,10 +18,10 @@ import time
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from hpo.bench.scale import create_study, space
-from hpo.bench.scale_db import DbTimer, fresh_database
+from benchmarks.scale import create_study, space
+from benchmarks.scale_db import DbTimer, fresh_database, insert_complete_trials
 from hpo.config.space import parse_space
-from hpo.storage.optuna_compat import engine_of, insert_complete_trials, storage_of
+from hpo.storage.optuna_compat import engine_of, storage_of
 from hpo.storage.tickets import BUDGET
 from hpo.study.budget import BindOnStart, bind_ticket, tickets_of
 from hpo.study.child import sampler_for_ticket

@@ -1,6 +1,6 @@
 """DAWNBench-style ranking of knob combinations: training time to a fixed validation metric.
 
-Each combination that `hpo.bench.knobs` verified (verdict `ok`) trains the same model from the same
+Each combination that `benchmarks.knobs` verified (verdict `ok`) trains the same model from the same
 seed and learning rate until an evaluation reaches the target, or `max_steps`. Training time is
 hpo's `train_s` up to that evaluation: the steps only, not the probe, the evaluations or the
 profiled evidence step. A faster step reaches the target sooner only if its numerics learn as well,
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hpo.bench.knobs import KnobsBench, knobs_of, trial_config
+from benchmarks.knobs import KnobsBench, knobs_of, trial_config
 from hpo.config.objectives import metric_direction
 from hpo.config.trial import Target
 from hpo.errors import UserInputError

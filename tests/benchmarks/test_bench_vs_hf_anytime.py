@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpo.bench.vs_hf_anytime import KNOBS, SIDES, curve, reach_fractions, strategy_space
-from hpo.bench.vs_hf_task import SearchTask
+from benchmarks.vs_hf_anytime import KNOBS, SIDES, curve, reach_fractions, strategy_space
+from benchmarks.vs_hf_task import SearchTask
 from hpo.config.space import parse_space
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
-"""hpo.bench.scale and scale_growth on SQLite at tiny sizes: hpo's own worker loop, sampler and budget."""
+"""benchmarks.scale and scale_growth on SQLite at tiny sizes: hpo's own worker loop, sampler and budget."""
 
 from __future__ import annotations
 
 import optuna
 import pytest
 
-from hpo.bench.scale import run_workers
-from hpo.bench.scale_growth import run_growth
+from benchmarks.scale import run_workers
+from benchmarks.scale_growth import run_growth
 
 
 def test_growth_fills_the_study_and_asks_with_hpos_sampler():

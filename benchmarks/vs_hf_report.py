@@ -1,4 +1,4 @@
-"""What `scripts/bench-vs-hf` reports from `hpo.bench.vs_hf.run_vs_hf`'s runs: one summary per
+"""What `scripts/bench-vs-hf` reports from `benchmarks.vs_hf.run_vs_hf`'s runs: one summary per
 run (start-up, trials, gaps, speed, time outside the training steps), their median and range
 over repeats, the side-by-side markdown table and a per-trial table for each side."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from hpo.bench.vs_hf_task import WORKLOADS
+from benchmarks.vs_hf_task import WORKLOADS
 
 __all__ = ["NOTES", "PHASES", "ROWS", "run_metrics", "summarize", "table"]
 
