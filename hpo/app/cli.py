@@ -277,6 +277,15 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_gpu_check(args) -> int:
+    from hpo.app.gpu_check import MatrixCheck, check_here, matrix
+
+    how = MatrixCheck(batch_size=args.batch_size, steps=args.steps, compile_backend=args.compile_backend, device=args.device)
+    combos = matrix(args.precision, args.attention, args.optimizer, args.checkpointing, args.compile)
+    print(check_here(Path(args.out_dir), args.workloads, combos, how, args.timeout))
+    return 0
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "run": cmd_run,
@@ -289,6 +298,7 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "dashboard": cmd_dashboard,
     "report": cmd_report,
+    "gpu-check": cmd_gpu_check,
 }
 
 

@@ -103,4 +103,37 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     p = add("report", commands["report"], "write a static HTML report with plots")
     storage_args(p)
     p.add_argument("-o", "--output", required=True, help="the HTML file to write (its folder must exist)")
+    gpu_check_args(
+        add("gpu-check", commands["gpu-check"], "verify every knob combination of each workload here, each as a short trial")
+    )
     return parser
+
+
+def gpu_check_args(p: argparse.ArgumentParser) -> None:
+    """`hpo gpu-check`: which combinations, how each runs, where the rows go."""
+    from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, OPTIMIZER_IMPLS, PRECISIONS
+    from hpo.workloads.registry import BUILTIN_WORKLOADS
+
+    def values(flag: str, choices, default, what: str) -> None:
+        which = "all" if tuple(default) == tuple(choices) else " ".join(default)
+        p.add_argument(
+            flag,
+            nargs="+",
+            choices=choices,
+            default=list(default),
+            metavar=flag.removeprefix("--").upper(),
+            help=f"{what}, any of: {' '.join(choices)} (default: {which})",
+        )
+
+    p.add_argument("--workloads", nargs="+", default=list(BUILTIN_WORKLOADS), help="workload names (default: every built-in)")
+    values("--precision", PRECISIONS, PRECISIONS, "precisions to check")
+    values("--attention", ATTENTIONS, ATTENTIONS, "attention backends to check")
+    values("--optimizer", OPTIMIZER_IMPLS, OPTIMIZER_IMPLS, "optimizer implementations to check")
+    values("--checkpointing", ("false", "true"), ("false", "true"), "gradient checkpointing")
+    values("--compile", ("false", *COMPILE_MODES), ("false", "default"), "compile: false, or a torch.compile mode")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of compiled rows (default inductor)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size of every combination (default 32)")
+    p.add_argument("--steps", type=int, default=10, help="training steps after a passed probe (default 10)")
+    p.add_argument("--device", default="auto", help="auto (the GPU if any), cpu, cuda:N or mps")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one combination may take (default 1800)")
+    p.add_argument("--out-dir", default=".", help="folder of gpu-<device>.jsonl (rows, resumed) and .md (table) (default .)")

@@ -1,1 +1,0 @@
-"""Benchmarks as an importable package: the scripts under scripts/ call these."""
