@@ -1,4 +1,6 @@
-"""Shared fixtures: a fast toy config, global torch state reset, and storages to run against."""
+"""Shared fixtures: a fast toy config, global torch state reset, and storages to run against; tests
+that use a database server's fixture are marked for it (`postgres`, `mysql`), so the fast layer
+(`scripts/test --fast`) can leave them out."""
 
 from __future__ import annotations
 
@@ -49,6 +51,22 @@ def _restore_torch_state():
     torch.set_grad_enabled(saved[1])
     torch.backends.cudnn.benchmark = saved[2]
     torch._dynamo.reset()
+
+
+# ---- markers ---------------------------------------------------------------------------------
+
+# Fixtures that need a server, by the marker that names it. `storage_url` is marked per parameter.
+SERVER_FIXTURES = {"postgres_url": "postgres", "pgbouncer_url": "postgres", "postgres_or_pgbouncer_url": "postgres"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        servers = {SERVER_FIXTURES[name] for name in item.fixturenames if name in SERVER_FIXTURES}
+        storage = getattr(item, "callspec", None) and item.callspec.params.get("storage_url")
+        if storage in ("postgres", "mysql"):
+            servers.add(storage)
+        for server in sorted(servers):
+            item.add_marker(server)
 
 
 # ---- storages -------------------------------------------------------------------------------
