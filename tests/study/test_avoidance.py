@@ -15,6 +15,7 @@ from hpo.study.avoid import AvoidKnownFailures, known_bad_parts
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "nsga2", "gp"])
 def test_no_sampler_proposes_a_known_failure_again_and_redraws_nothing(sampler):
     trials = 20 if sampler == "gp" else 30  # GP's fit is the slow part; 20 trials still revisit failures unwrapped
