@@ -1,4 +1,6 @@
-"""Shared fixtures: a fast toy config, global torch state reset, and storages to run against."""
+"""Shared fixtures: a fast toy config, global torch state reset, and storages to run against; tests
+that use a database server's fixture are marked for it (`postgres`, `mysql`), so the fast layer
+(`scripts/test --fast`) can leave them out."""
 
 from __future__ import annotations
 
@@ -49,6 +51,47 @@ def _restore_torch_state():
     torch.set_grad_enabled(saved[1])
     torch.backends.cudnn.benchmark = saved[2]
     torch._dynamo.reset()
+
+
+# ---- markers ---------------------------------------------------------------------------------
+
+# Fixtures that need a server, by the marker that names it. `storage_url` is marked per parameter.
+SERVER_FIXTURES = {"postgres_url": "postgres", "pgbouncer_url": "postgres", "postgres_or_pgbouncer_url": "postgres"}
+
+
+# Names whose use means a test starts a child Python (hpo, a script, pytest): each child imports
+# torch, which costs seconds, so these stay out of the fast layer.
+SPAWNS = {"subprocess", "Popen", "executable"}
+
+
+def _names_used(function, depth: int = 2) -> set[str]:
+    """Global names a test's code uses, and those of the module's helpers it calls (two levels)."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return set()
+    codes, names = [code], set()
+    while codes:
+        current = codes.pop()
+        names.update(current.co_names)
+        codes.extend(c for c in current.co_consts if hasattr(c, "co_names"))
+    if depth:
+        for name in list(names):
+            helper = function.__globals__.get(name)
+            if callable(helper) and getattr(helper, "__module__", None) == function.__module__:
+                names |= _names_used(helper, depth - 1)
+    return names
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SPAWNS & _names_used(getattr(item, "function", None)):
+            item.add_marker("subprocess")
+        servers = {SERVER_FIXTURES[name] for name in item.fixturenames if name in SERVER_FIXTURES}
+        storage = getattr(item, "callspec", None) and item.callspec.params.get("storage_url")
+        if storage in ("postgres", "mysql"):
+            servers.add(storage)
+        for server in sorted(servers):
+            item.add_marker(server)
 
 
 # ---- storages -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import TOY
 
@@ -104,6 +105,7 @@ def test_script_resumes_and_skips_the_combinations_already_written(tmp_path):
     assert rows[0] == json.loads(lines[0])  # the first row untouched
 
 
+@pytest.mark.slow
 def test_a_crashing_combination_costs_only_itself(tmp_path, monkeypatch):
     """Each combination runs in its own process: a segfault (as a sticky CUDA error ends a process)
     is that combination's row, and the next combination runs in a clean process."""

@@ -67,6 +67,7 @@ def test_report_is_self_contained_and_keeps_rejected_trials_apart(study, tmp_pat
     assert "hpo export --study rep --trial 1 -o best.yaml &amp;&amp; hpo train best.yaml" in page
 
 
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium_with_the_network_off(study, tmp_path):
     out = tmp_path / "report.html"
     write_report(study, out)

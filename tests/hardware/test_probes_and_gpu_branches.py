@@ -80,10 +80,18 @@ def test_cuda_trial_runtime_turns_on_cudnn_benchmark_and_restores_it(monkeypatch
         assert settings["cpu_allocator"] == allocator.keep_freed_memory()  # the record names what ran
 
 
-def test_device_model_names_the_gpu(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    assert probes.device_model(FAKE_GPU) == "NVIDIA H100 80GB HBM3"
-    assert probes.device_model(CPU).startswith("cpu: ")
+def test_verdicts_are_shared_by_gpus_of_one_model_and_not_across_models(monkeypatch):
+    """A verdict is keyed by the GPU's model, not its index: two H100s share one, an A100 does not."""
+    from conftest import toy_config
+
+    from hpo.verify.cache import verdict_key
+
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H100 80GB HBM3", 2: "NVIDIA A100-SXM4-80GB"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[torch.device(device).index])
+    config = toy_config()
+    h100, other_h100, a100 = (verdict_key(config, torch.device("cuda", i)) for i in names)
+    assert h100 == other_h100
+    assert a100[0] != h100[0] and a100[1]["device"] == "NVIDIA A100-SXM4-80GB"
 
 
 def test_doctor_lists_samplers_and_pruners_and_why_one_cannot_run(monkeypatch):

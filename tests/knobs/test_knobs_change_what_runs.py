@@ -110,6 +110,7 @@ def test_checkpointing_gives_the_same_gradients():
     torch.testing.assert_close(grads[True], grads[False])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_compile_runs_compiled_graphs(backend):
     knobs = Knobs(compile="default", precision="bf16", attention="sdpa", optimizer="fused", grad_checkpointing=True)

@@ -50,6 +50,7 @@ def test_evidence_shows_bf16_fused_and_checkpointing_ran_under_lightning():
     check_trial_attrs(outcome.attrs | {"verdict": str(outcome.verdict)})
 
 
+@pytest.mark.slow
 def test_the_module_optimizer_runs_the_requested_implementation():
     for impl in ("forloop", "foreach", "fused"):
         outcome = execute(_config("toy_lightning:ToyLightning", TOY, Knobs(precision="fp32", optimizer=impl)), MemoryVerdicts())

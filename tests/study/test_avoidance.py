@@ -4,7 +4,6 @@ sampler's cost; an empty part blocks nothing; reseeding reseeds the wrapper too.
 from __future__ import annotations
 
 import math
-import random
 
 import optuna
 import pytest
@@ -16,6 +15,7 @@ from hpo.study.avoid import AvoidKnownFailures, known_bad_parts
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "nsga2", "gp"])
 def test_no_sampler_proposes_a_known_failure_again_and_redraws_nothing(sampler):
     trials = 20 if sampler == "gp" else 30  # GP's fit is the slow part; 20 trials still revisit failures unwrapped
@@ -56,11 +56,44 @@ def test_trials_recorded_before_implicated_parts_avoid_their_whole_knob_combinat
     assert known_bad_parts(study) == {(("attention", "eager"),)}
 
 
-def test_reseed_rng_reseeds_the_wrappers_own_generator(monkeypatch):
-    wrapper = AvoidKnownFailures(optuna.samplers.RandomSampler(seed=0), seed=0)
-    before = wrapper._rng.getstate()
-    wrapper.reseed_rng()
-    assert wrapper._rng.getstate() != before and isinstance(wrapper._rng, random.Random)
+class _AlwaysFirstChoice(optuna.samplers.RandomSampler):
+    """A base sampler that proposes a categorical's first choice and whose reseed changes nothing,
+    so whatever varies between two wrappers around it comes from the wrapper's own generator."""
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return param_distribution.choices[0]
+
+    def reseed_rng(self) -> None:
+        pass
+
+
+def _mended_choices(wrapper: AvoidKnownFailures, n: int = 20) -> list[str]:
+    """What the wrapper picks instead of a known-bad first choice, over `n` trials."""
+    study = optuna.create_study(sampler=wrapper)
+    choices = ["bad", *(f"ok{i}" for i in range(8))]
+    bad = {"verdict": "incompatible: attention=bad: boom", "verdict_implicates": [["attention", "bad"]]}
+    dist = {"attention": optuna.distributions.CategoricalDistribution(choices)}
+    study.add_trial(
+        create_trial(state=TrialState.COMPLETE, value=math.inf, params={"attention": "bad"}, distributions=dist, user_attrs=bad)
+    )
+    picked = []
+    for _ in range(n):
+        trial = study.ask()
+        picked.append(trial.suggest_categorical("attention", choices))
+        study.tell(trial, 1.0)
+    return picked
+
+
+def test_reseed_rng_reseeds_the_wrappers_own_generator():
+    """Optuna reseeds each thread's sampler (n_jobs > 1) so parallel trials differ: two wrappers
+    seeded alike mend known failures alike until reseeded, and differently after."""
+    twins = [AvoidKnownFailures(_AlwaysFirstChoice(), seed=0) for _ in range(2)]
+    first, second = (_mended_choices(wrapper) for wrapper in twins)
+    assert first == second and "bad" not in first
+    for wrapper in twins:
+        wrapper.reseed_rng()
+    first, second = (_mended_choices(wrapper) for wrapper in twins)
+    assert first != second  # 20 picks among 8: equal by chance once in 8**20
 
 
 def _slow_bf16_at_batch_8(study: optuna.Study) -> None:

@@ -40,6 +40,7 @@ def _proposals_of_a(name: str, constrained: bool) -> int:
     return picks.count("a")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tpe", "nsga2", "gp"])
 def test_the_recorded_constraint_steers_the_sampler_away(name):
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -45,6 +45,7 @@ def test_the_lists_match_the_schema():
     assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("error::FutureWarning")  # a deprecated sampler argument would warn every user
 @pytest.mark.parametrize("sampler", SAMPLER_NAMES)
 def test_every_sampler_runs_a_study_and_never_returns_to_a_failed_precision(tmp_path, sampler):
@@ -58,6 +59,7 @@ def test_every_sampler_runs_a_study_and_never_returns_to_a_failed_precision(tmp_
             assert t.user_attrs["verdict_implicates"] == [["precision", "fp16"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pruner", PRUNER_NAMES)
 def test_every_pruner_runs_a_study_and_pruned_trials_end_at_their_step(tmp_path, pruner):
     space = _space(f"p-{pruner}", "random", pruner, n_trials=10, max_steps=8)

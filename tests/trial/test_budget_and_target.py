@@ -58,6 +58,7 @@ def test_a_budget_ends_training_and_evaluations_fall_on_shared_marks_of_training
     check_trial_attrs(attrs | {"verdict": str(outcome.verdict)})
 
 
+@pytest.mark.slow
 def test_a_target_stops_training_and_an_unreached_one_is_never_a_success():
     space = _space(max_steps=400, eval_every=10, target={"val_loss": 0.72})
     space["study"].update(objectives=["time_to_target_s"], directions=["minimize"])

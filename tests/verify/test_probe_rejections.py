@@ -86,6 +86,7 @@ def test_a_knob_that_ran_otherwise_is_rejected(monkeypatch):
     assert str(result.verdict) == "incompatible: ran other than asked: precision: asked bf16, ran fp32"
 
 
+@pytest.mark.slow
 def test_working_but_much_slower_combination_is_flagged_with_its_ratio():
     """fp16 matmuls on a CPU without fp16 units run one to two orders of magnitude slower."""
     knobs = Knobs(precision="fp16", attention="eager", optimizer="fused")

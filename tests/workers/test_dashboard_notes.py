@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import optuna
+import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 from web import free_port, get_json, rendered_dom
 
@@ -20,6 +21,7 @@ def _notes(url: str) -> tuple[optuna.Study, dict]:
     return study, storage_of(study).get_study_system_attrs(study_id_of(study))
 
 
+@pytest.mark.browser
 def test_each_trial_and_the_study_get_notes_that_the_dashboard_renders(tmp_path):
     url = f"sqlite:///{tmp_path / 'notes.db'}"
     space = space_file(tmp_path, n_trials=3)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import termios
 
+import pytest
+
 from worker_harness import hpo, hpo_env, space_file
 
 
@@ -43,6 +45,7 @@ def test_a_terminal_gets_a_live_bar_fed_by_the_trial_processes(tmp_path):
     assert "trial #2 (budget 3) complete [ok]" in screen  # finished trials are written above the bar
 
 
+@pytest.mark.slow
 def test_without_a_terminal_each_event_is_one_line(tmp_path):
     run = hpo("run", space_file(tmp_path, n_trials=2), "--storage", f"sqlite:///{tmp_path / 's.db'}")
     assert run.returncode == 0, run.stderr[-2000:]

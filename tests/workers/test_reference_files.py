@@ -4,6 +4,7 @@ is gone when the worker ends. A space that fixes every knob gets no folder."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from hpo.config.space import parse_space
@@ -11,6 +12,7 @@ from hpo.study.trial_runners import reference_folder
 from worker_harness import hpo, hpo_env, space_file, trials
 
 
+@pytest.mark.slow
 def test_later_probes_in_trial_processes_read_the_first_probes_reference(tmp_path):
     path = space_file(tmp_path, 4, workload="toy_workloads:HparamFreeToy")
     space = yaml.safe_load(path.read_text())

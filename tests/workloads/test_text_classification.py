@@ -254,6 +254,7 @@ def _metrics_at_full_width(workload: TextClassification, model) -> dict[str, flo
     return {"val_accuracy": (logits.argmax(-1) == data["labels"]).float().mean().item(), "val_loss": loss}
 
 
+@pytest.mark.slow
 def test_a_compiled_model_evaluates_every_cut_width_with_one_set_of_graphs():
     from hpo.config.trial import Knobs, TrainingConfig
     from hpo.engine.assembly import AssembledModel

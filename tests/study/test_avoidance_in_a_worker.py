@@ -1,5 +1,8 @@
-"""An incompatible combination is recorded so the sampler learns to avoid it (Optuna ignores FAIL
-trials: optuna/optuna#2864); the trial stays labelled with what happened."""
+"""A worker records an incompatible combination as a COMPLETE trial with a violated constraint and
+an infinite value (Optuna's samplers learn nothing from FAIL trials: optuna/optuna#2864), labelled
+with what happened, and hpo's avoidance wrapper (hpo.study.avoid), which every study's sampler goes
+through, never proposes it again. That TPE itself reads the constraint is
+tests/study/test_constraints_teach_samplers.py's job; this test does not separate the two."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ SPACE = {
 
 
 @pytest.mark.slow
-def test_tpe_stops_proposing_an_always_failing_precision(tmp_path):
+def test_a_worker_records_an_always_failing_precision_and_the_avoidance_never_proposes_it_again(tmp_path):
     space = parse_space(SPACE, source="test")
     url = f"sqlite:///{tmp_path / 'learns.db'}"
     study = create_or_resume(space, url)
@@ -40,7 +43,7 @@ def test_tpe_stops_proposing_an_always_failing_precision(tmp_path):
         assert t.user_attrs["verdict"].startswith("incompatible: non-finite")
         assert t.constraints == {"0": 1.0} and t.state == optuna.trial.TrialState.COMPLETE
         assert t.value == float("inf")  # never better than a trial that trained
-    # After the first fp16 verdict, fp16 is never proposed again (random choice: 1 in 3).
+    # After the first fp16 verdict, fp16 is never proposed again: the wrapper mends any proposal of it.
     first = fp16[0].number
     assert [t.number for t in fp16] == [first], [t.params["precision"] for t in trials]
     assert first < 10
