@@ -20,6 +20,7 @@ from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_c
 from hpo.knobs.compile import GraphRecord, compile_model
 from hpo.knobs.optimizers import build_optimizer, clear_grads
 from hpo.knobs.precision import precision_plugin
+from hpo.torch_compat import fail_on_recompile_limit
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload
 
@@ -88,7 +89,7 @@ class AssembledModel:
         (train/eval, one frame per block when the model has graph breaks)."""
         if not self.knobs.compile:
             return contextlib.nullcontext()
-        return torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=RECOMPILE_LIMIT)
+        return fail_on_recompile_limit(RECOMPILE_LIMIT)
 
     def move(self, batch: Batch) -> Batch:
         non_blocking = self.device.type == "cuda"

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from hpo import deps
 from hpo.errors import KnobUnavailable
+from hpo.torch_compat import cpu_has_native_bf16, cpu_has_native_fp16
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,14 @@ def bf16_supported(device: torch.device) -> Capability:
     if device.type == "cuda":
         ok = cuda_bf16_native()
         return Capability(ok, "" if ok else f"compute capability {compute_capability(device)} < 8.0: bf16 only emulated")
-    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    native = cpu_has_native_bf16()
     return Capability(True, "native avx512_bf16/AMX" if native else "emulated: no avx512_bf16/AMX, slow")
 
 
 def fp16_supported(device: torch.device) -> Capability:
     if device.type == "cuda":
         return Capability(True, "")
-    native = torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    native = cpu_has_native_fp16()
     return Capability(True, "native" if native else "emulated: no avx512_fp16/AMX-FP16, expect 20-40x slower")
 
 

@@ -41,6 +41,7 @@ from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.memory import resident_bytes
 from hpo.hardware.runtime import seed_everything
+from hpo.torch_compat import foreach_div, foreach_norm, foreach_sub
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.blame import isolate
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key, speed_key
@@ -248,7 +249,7 @@ class _Steps:
             return _Failure(f"non-finite gradients under {precision} (overflow)")
         loss_err = abs(loss - self.kept.loss) / max(abs(self.kept.loss), 1e-12)
         # Norms per tensor with foreach kernels, then of those: one pass, no Python loop over tensors.
-        diff = _global_norm(torch._foreach_sub(grads, self.kept.grads))
+        diff = _global_norm(foreach_sub(grads, self.kept.grads))
         grad_err = (diff / _global_norm(self.kept.grads).clamp_min(1e-12)).item()
         if knobs == self.config.knobs:
             self.result.loss_rel_err, self.result.grad_rel_err = loss_err, grad_err
@@ -337,19 +338,19 @@ def _loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, lis
         for p in assembled.model.parameters()
     ]
     if scale != 1.0:  # fp16's loss scale; a copy, since the update unscales the gradients in place
-        grads = torch._foreach_div(grads, scale)
+        grads = foreach_div(grads, scale)
     return loss.float().item(), grads
 
 
 def _global_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))
+    return torch.linalg.vector_norm(torch.stack(foreach_norm(tensors)))
 
 
 def _all_finite(tensors: list[torch.Tensor]) -> bool:
     """Whether every element is finite. A NaN or an infinity makes its tensor's norm non-finite, so
     finite norms prove it in one foreach pass; a norm that overflowed from finite values is rare
     and checked element by element."""
-    if not tensors or bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors))).all()):
+    if not tensors or bool(torch.isfinite(torch.stack(foreach_norm(tensors))).all()):
         return True
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 

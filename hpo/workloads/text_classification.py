@@ -23,6 +23,7 @@ from torch import nn
 from hpo import deps
 from hpo.errors import KnobUnavailable
 from hpo.knobs.attention import attention_function
+from hpo.torch_compat import mark_dynamic_width
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.options.text_classification import METRICS, TextClassificationOptions
 
@@ -278,8 +279,8 @@ class TextClassification(Workload):
         total_loss, correct = 0.0, 0
         for batch in map(move, evaluation_batches(data, EVAL_BATCH_SIZE)):
             # Widths vary by batch: a compiled model compiles one graph for all of them, not one per width.
-            torch._dynamo.maybe_mark_dynamic(batch["input_ids"], 1)
-            torch._dynamo.maybe_mark_dynamic(batch["attention_mask"], 1)
+            mark_dynamic_width(batch["input_ids"], 1)
+            mark_dynamic_width(batch["attention_mask"], 1)
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
             total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
             correct += (logits.argmax(-1) == batch["labels"]).sum().item()
