@@ -11,8 +11,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from hpo import deps
 from hpo.errors import KnobUnavailable, UserInputError
-from hpo.knobs.attention import ATTENTION_FUNCTIONS, eager_attention, pinned_kernel
+from hpo.knobs.attention import eager_attention, pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
+from hpo.knobs.registry import ATTENTION_SPECS
 from hpo.workloads import text_classification as tc
 from hpo.workloads.base import build_options
 
@@ -80,7 +81,7 @@ def test_bad_options_name_the_rule_and_value(raw, match):
 
 
 def test_attention_table_covers_every_backend():
-    assert set(tc.HF_ATTENTION) == set(ATTENTION_FUNCTIONS)
+    assert set(tc.HF_ATTENTION) == set(ATTENTION_SPECS)
 
 
 def test_attention_knob_changes_the_kernel_that_runs():
