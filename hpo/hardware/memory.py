@@ -4,6 +4,7 @@ bytes autograd keeps saved for backward, the figure gradient checkpointing exist
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterable, Iterator
 
@@ -109,3 +110,11 @@ def resident_bytes() -> int:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def free_memory(device: torch.device) -> None:
+    """Collect what a finished model left behind, and on CUDA hand the cached blocks back, before
+    the next model (or the next trial) is built."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
