@@ -25,6 +25,10 @@ __all__ = [
     "foreach_div",
     "foreach_norm",
     "foreach_sub",
+    "found_inf_per_device",
+    "install_scheduler_tracked_step",
+    "scale_on_device",
+    "unscales_in_its_step",
     "in_backward_pass",
     "inductor_backend",
     "mark_dynamic_width",
@@ -132,3 +136,39 @@ def foreach_div(tensors: list[torch.Tensor], divisor: float | torch.Tensor) -> l
     import torch
 
     return torch._foreach_div(tensors, divisor)
+
+
+def scale_on_device(scaler) -> torch.Tensor:
+    """A GradScaler's scale as the device tensor it keeps, read without a host sync. torch 2.13.0:
+    `GradScaler._get_scale_async()` (GradScaler.step reads it to hand to fused kernels). If it
+    disappears, use `scaler.get_scale()`, which costs one host sync per step."""
+    return scaler._get_scale_async()
+
+
+def found_inf_per_device(scaler, optimizer) -> dict:
+    """The inf/NaN flags `GradScaler.unscale_(optimizer)` recorded, one device tensor per device.
+    torch 2.13.0: `GradScaler._found_inf_per_device(optimizer)`. If it disappears, check the
+    unscaled gradients with `torch.isfinite` instead (one more pass over them)."""
+    return scaler._found_inf_per_device(optimizer)
+
+
+def unscales_in_its_step(optimizer) -> bool:
+    """Whether the optimizer's own step unscales the gradients (fused optimizers), so GradScaler.step
+    must hand it the scale. torch 2.13.0: the `_step_supports_amp_scaling` attribute GradScaler.step
+    reads. If it is renamed, read GradScaler.step (torch/amp/grad_scaler.py) for the new name."""
+    return getattr(optimizer, "_step_supports_amp_scaling", False)
+
+
+def install_scheduler_tracked_step(optimizer, step) -> None:
+    """Make `step` the optimizer's step, marked as torch's LR schedulers mark their own wrapper, and
+    have it record each call as that wrapper does (else schedulers warn that they stepped before
+    the optimizer). torch 2.13.0 (torch/optim/lr_scheduler.py, `patch_track_step_called`): the
+    wrapper carries `_wrapped_by_lr_sched` and sets `optimizer._opt_called`. If they are renamed,
+    read that function for the new names."""
+
+    def tracked(*args, **kwargs):
+        optimizer._opt_called = True
+        return step(*args, **kwargs)
+
+    tracked._wrapped_by_lr_sched = True
+    optimizer.step = tracked
