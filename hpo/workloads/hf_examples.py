@@ -34,7 +34,7 @@ def write_examples(folder: Path) -> list[Path]:
 
 
 def _topics(folder: Path) -> list[Path]:
-    from hpo.workloads.text_classification import load_data
+    from hpo.workloads.chat_corpus import load_data
 
     data = load_data(64, None, None)  # the built-in's deduplicated, stratified split of the same corpus
     written = []
