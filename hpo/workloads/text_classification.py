@@ -51,7 +51,9 @@ def _xformers_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     return out.transpose(1, 2).contiguous(), None
 
 
-def _hf_attention(attention: str) -> str:
+def hf_attention_implementation(attention: str) -> str:
+    """transformers' `attn_implementation` for hpo's attention backend, registering hpo's xformers
+    forward with transformers when asked for it (also used by the HF Hub workloads)."""
     if attention not in HF_ATTENTION:
         raise ValueError(f"attention must be one of {sorted(HF_ATTENTION)}, but got {attention!r}")
     if attention == "flash_attn":
@@ -68,7 +70,7 @@ def _hf_attention(attention: str) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """Hide the load report and progress bar; the missing keys are checked instead."""
     from transformers.utils import logging as hf_logging
 
@@ -98,10 +100,10 @@ class TextClassification(Workload):
         self.data = load_data(options.max_length, options.n_train, options.n_eval)
 
     def build_model(self, attention: str) -> nn.Module:
-        impl = _hf_attention(attention)
+        impl = hf_attention_implementation(attention)
         opts = self.options
         # The classifier head (and the whole tiny model) is drawn from a forked RNG: same seed, same model.
-        with _quiet_transformers(), torch.random.fork_rng(devices=[]):
+        with quiet_transformers(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(opts.seed)
             model = self._load(impl)
         if model.config._attn_implementation != impl:
@@ -133,7 +135,7 @@ class TextClassification(Workload):
         missing = sorted(k for k in info["missing_keys"] if not k.startswith("classifier."))
         if missing or info["unexpected_keys"] or info["mismatched_keys"]:
             raise RuntimeError(f"MiniLM checkpoint at {model_path()} did not load cleanly: {info}")
-        _own_weights(model)
+        own_weights(model)
         return model
 
     def checkpoint_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
@@ -169,7 +171,7 @@ class TextClassification(Workload):
         return {"val_accuracy": correct / n, "val_loss": total_loss / n}
 
 
-def _own_weights(model: nn.Module) -> None:
+def own_weights(model: nn.Module) -> None:
     """Copy the weights out of the checkpoint file's memory map into the process's own memory.
     from_pretrained leaves them mapped, so the first optimizer step copy-on-write faults every page:
     0.2 s for MiniLM here, in every trial process and every probe model. The copy takes 0.04 s."""
