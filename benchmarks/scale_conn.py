@@ -3,7 +3,7 @@ through PgBouncer, while `pg_stat_activity` is sampled. `scripts/bench-scale-con
 
 A lightweight worker runs hpo's ticket budget and Optuna's ask/tell with no training: it claims a
 ticket, asks a trial (random sampler), binds the ticket, writes one user attr per field of a real
-trial's record (`hpo.trial.records.TrialRecord`: as many writes as a real trial makes), and tells
+trial's record (`hpo.records.TrialRecord`: as many writes as a real trial makes), and tells
 a value. So trials/s and database time per trial measure the storage path alone.
 """
 
@@ -19,11 +19,11 @@ import sqlalchemy as sa
 
 from benchmarks.scale import create_study, space
 from benchmarks.scale_db import DbTimer, fresh_database
+from hpo.records import TrialRecord
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of
 from hpo.study.budget import tickets_of
 from hpo.study.quiet import quiet_optuna
-from hpo.trial.records import TrialRecord
 
 __all__ = ["run_connections"]
 

@@ -24,8 +24,8 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 from benchmarks.vs_hf_task import WORKLOADS, SearchTask
+from hpo.workloads.chat_corpus import load_data, model_path
 from hpo.workloads.registry import create_workload
-from hpo.workloads.text_classification import _model_path, load_data
 
 __all__ = ["main", "run_search"]
 
@@ -108,7 +108,7 @@ def _text_classification(task: SearchTask, clock: TrialClock):
     def model_init(trial):
         start = time.perf_counter()
         model = AutoModelForSequenceClassification.from_pretrained(
-            _model_path(),
+            model_path(),
             local_files_only=True,
             attn_implementation="sdpa",
             num_labels=len(data.topics),

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from hpo.config.schema import SpaceFile
-from hpo.trial.records import readme_list
+from hpo.records import readme_list
 
 __all__ = ["PAGES", "cli_page", "records_page", "search_space_page", "write_pages"]
 

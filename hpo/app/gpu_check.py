@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from hpo import torch_compat
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.hardware.probes import device_model
 from hpo.hardware.runtime import resolve_device
@@ -90,7 +91,7 @@ def matrix(precisions, attentions, optimizers, checkpointing, compiles) -> list[
 
 def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
     """One combination as a trial; its own verdict store, so the probe always runs."""
-    torch._dynamo.reset()  # a fresh compile per combination, as a new trial process would have
+    torch_compat.reset_compiled_graphs()  # a fresh compile per combination, as a new trial process would have
     verdicts = MemoryVerdicts()
     outcome = execute(how.config(workload, knobs), verdicts)
     key = outcome.attrs["verdict_key"]

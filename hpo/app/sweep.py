@@ -26,7 +26,7 @@ from hpo.hardware.runtime import resolve_device, trial_runtime
 from hpo.logging import get_logger
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of
-from hpo.trial.executor import cached_verdict
+from hpo.trial.outcome import cached_verdict
 from hpo.verdicts import Verdict
 from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key, speed_key, verdict_key
 from hpo.verify.compared import ReferenceFiles

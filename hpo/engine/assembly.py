@@ -20,6 +20,7 @@ from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_c
 from hpo.knobs.compile import GraphRecord, compile_model
 from hpo.knobs.optimizers import build_optimizer, clear_grads
 from hpo.knobs.precision import precision_plugin
+from hpo.torch_compat import fail_on_recompile_limit, scale_on_device
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload
 
@@ -88,7 +89,7 @@ class AssembledModel:
         (train/eval, one frame per block when the model has graph breaks)."""
         if not self.knobs.compile:
             return contextlib.nullcontext()
-        return torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=RECOMPILE_LIMIT)
+        return fail_on_recompile_limit(RECOMPILE_LIMIT)
 
     def move(self, batch: Batch) -> Batch:
         non_blocking = self.device.type == "cuda"
@@ -113,8 +114,7 @@ class AssembledModel:
             found_inf = self.precision.found_inf(self.optimizer)
         values = [loss.detach().float().reshape(())]
         if found_inf is not None:
-            # GradScaler.step reads the same private tensor (`_get_scale_async`) to hand it to fused kernels.
-            scale = self.scaler._get_scale_async()
+            scale = scale_on_device(self.scaler)  # the tensor GradScaler.step hands to fused kernels
             values += [found_inf.float().reshape(()).to(loss.device), scale.float().reshape(()).to(loss.device)]
         read = torch.stack(values).tolist()
         if found_inf is None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from hpo.torch_compat import TorchDispatchMode
 
 # Linear and convolution layers: autocast casts them, so their output dtype is what the precision
 # knob did. Attention's batched matmuls are recorded apart: a kernel may legitimately compute inside

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from hpo.config.trial import Knobs
 from hpo.knobs.compile import GraphRecord
 from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, OptimizerEvidence
+from hpo.records import KnobsObserved
 from hpo.verdicts import Kind, Verdict
 
 
@@ -41,16 +42,17 @@ class StepEvidence:
 
 
 def observed_knobs(ev: StepEvidence) -> dict:
-    return {
-        "precision": _precision(ev.graphs.matmul_dtypes if ev.graphs.graphs else ev.matmul_dtypes),
-        "attention_dtype": _precision(ev.attention_dtypes),
-        "attention": _attention(ev.profiler_ops, ev.graphs),
-        "optimizer": _optimizer(ev.optimizer_ops, ev.optimizer_module),
-        "grad_checkpointing": ev.recompute_in_step > 0 or ev.graphs.checkpoint_regions > 0,
-        "compile": ev.graphs.graphs > 0,
-        "compiled_graphs": ev.graphs.graphs,
-        "grad_scaler": ev.grad_scaler_scale is not None,
-    }
+    """The trial's `knobs_observed` record (`hpo.records.KnobsObserved`)."""
+    return KnobsObserved(
+        precision=_precision(ev.graphs.matmul_dtypes if ev.graphs.graphs else ev.matmul_dtypes),
+        attention_dtype=_precision(ev.attention_dtypes),
+        attention=_attention(ev.profiler_ops, ev.graphs),
+        optimizer=_optimizer(ev.optimizer_ops, ev.optimizer_module),
+        grad_checkpointing=ev.recompute_in_step > 0 or ev.graphs.checkpoint_regions > 0,
+        compile=ev.graphs.graphs > 0,
+        compiled_graphs=ev.graphs.graphs,
+        grad_scaler=ev.grad_scaler_scale is not None,
+    ).model_dump()
 
 
 def _precision(dtypes: Counter) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 import torch
@@ -39,3 +40,11 @@ def resident_bytes() -> int:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def free_memory(device: torch.device) -> None:
+    """Collect what a finished model left behind, and on CUDA hand the cached blocks back, before
+    the next model (or the next trial) is built."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hpo import deps
-from hpo.errors import KnobUnavailable
+from hpo.torch_compat import cpu_has_native_bf16, cpu_has_native_fp16
 
 
 @dataclass(frozen=True)
@@ -63,14 +62,14 @@ def bf16_supported(device: torch.device) -> Capability:
     if device.type == "cuda":
         ok = cuda_bf16_native()
         return Capability(ok, "" if ok else f"compute capability {compute_capability(device)} < 8.0: bf16 only emulated")
-    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    native = cpu_has_native_bf16()
     return Capability(True, "native avx512_bf16/AMX" if native else "emulated: no avx512_bf16/AMX, slow")
 
 
 def fp16_supported(device: torch.device) -> Capability:
     if device.type == "cuda":
         return Capability(True, "")
-    native = torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    native = cpu_has_native_fp16()
     return Capability(True, "native" if native else "emulated: no avx512_fp16/AMX-FP16, expect 20-40x slower")
 
 
@@ -106,17 +105,6 @@ def flash_attn_arch_supported(device: torch.device) -> Capability:
     if cc is not None and cc < (8, 0):
         return Capability(False, f"flash-attn 2 needs compute capability >= 8.0, got {cc}")
     return Capability(True)
-
-
-def package_usable(name: str, device: torch.device) -> Capability:
-    """flash_attn / xformers / apex: installed, the real package, and on a device it supports."""
-    try:
-        deps.require(name)
-    except KnobUnavailable as exc:
-        return Capability(False, str(exc).removeprefix("incompatible: "))
-    if device.type != "cuda":
-        return Capability(False, f"{name} kernels are CUDA-only")
-    return flash_attn_arch_supported(device) if name == "flash_attn" else Capability(True)
 
 
 def fused_adamw_runs(device: torch.device) -> Capability:

@@ -14,6 +14,7 @@ from hpo.errors import UserInputError
 from hpo.hardware import tf32
 from hpo.hardware.allocator import keep_freed_memory, release_freed_memory
 from hpo.hardware.probes import tf32_supported
+from hpo.records import RuntimeSettings
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,7 +55,7 @@ def trial_runtime(device: torch.device) -> Iterator[dict]:
     try:
         with tf32.enabled() if on_cuda else contextlib.nullcontext():
             ran_tf32 = on_cuda and tf32_supported(device).usable
-            yield {"tf32": ran_tf32, "cudnn_benchmark": on_cuda, "cpu_allocator": keep_freed_memory()}
+            yield RuntimeSettings(tf32=ran_tf32, cudnn_benchmark=on_cuda, cpu_allocator=keep_freed_memory()).model_dump()
     finally:
         release_freed_memory()
         torch.backends.cudnn.benchmark = saved_benchmark

@@ -85,9 +85,7 @@ def xformers_bias(attn_mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> 
     return padded
 
 
-# Derived from hpo.knobs.registry.ATTENTION_SPECS, where a backend is added. The builders named there
-# may live in this module (a circular import that is safe: they are defined above by now).
-ATTENTION_FUNCTIONS: dict[str, AttentionFn] = {name: load(spec.builder) for name, spec in ATTENTION_SPECS.items()}
+# Derived from hpo.knobs.registry.ATTENTION_SPECS, where a backend is added.
 SDPA_KERNELS: dict[str, str] = {name: spec.sdpa_kernel for name, spec in ATTENTION_SPECS.items() if spec.sdpa_kernel}
 
 

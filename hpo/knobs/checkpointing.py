@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from hpo.torch_compat import in_backward_pass
+
 
 class RecomputeCounter:
     """Counts block forwards run inside backward (recomputation) and outside it."""
@@ -25,7 +27,7 @@ class RecomputeCounter:
     def record(self) -> None:
         if torch.compiler.is_compiling():
             return  # compiled graphs report checkpointing through their graph, not at run time
-        if torch._C._current_graph_task_id() != -1:
+        if in_backward_pass():
             self.backward_runs += 1
         else:
             self.forward_runs += 1

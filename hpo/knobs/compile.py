@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from hpo.torch_compat import dynamo_backend, inductor_backend
+
 # Ops whose output dtype shows the autocast precision; autocast casts exactly this class of ops.
 MATMUL_OPS = frozenset({"linear", "matmul", "mm", "addmm", "conv1d", "conv2d"})
 
@@ -50,8 +52,8 @@ class GraphRecord:
 def _inner_backend(mode: str, backend: str):
     if backend == "inductor":
         # The same wrapper torch.compile(mode=...) builds, so the mode's inductor options apply.
-        return torch._TorchCompileInductorWrapper(mode, None, False)
-    return torch._dynamo.lookup_backend(backend)
+        return inductor_backend(mode)
+    return dynamo_backend(backend)
 
 
 def compile_model(model: nn.Module, mode: str, backend: str, record: GraphRecord) -> nn.Module:

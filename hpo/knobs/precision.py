@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from hpo.knobs.registry import PRECISION_SPECS, spec_for
+from hpo.torch_compat import found_inf_per_device, unscales_in_its_step
 
 __all__ = ["DTYPES", "MixedPrecision", "Precision", "precision_plugin"]
 
@@ -76,7 +77,7 @@ class MixedPrecision(Precision):
         if self.scaler is None:
             return None
         self._unscale(optimizer)
-        return sum(self.scaler._found_inf_per_device(optimizer).values())  # on the device: no sync
+        return sum(found_inf_per_device(self.scaler, optimizer).values())  # on the device: no sync
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, found_inf: bool | None = None) -> None:
         """Step unless the gradients are inf/NaN, as GradScaler.step does. `found_inf`, when the caller
@@ -87,7 +88,7 @@ class MixedPrecision(Precision):
             optimizer.step()
             return
         self._unscale(optimizer)
-        if found_inf is None or getattr(optimizer, "_step_supports_amp_scaling", False):
+        if found_inf is None or unscales_in_its_step(optimizer):
             self.scaler.step(optimizer)
         elif not found_inf:
             optimizer.step()  # unscaled, finite gradients: what GradScaler.step would run

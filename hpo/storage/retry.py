@@ -19,6 +19,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo.logging import get_logger
+from hpo.records import RecordKey
 from hpo.storage.optuna_compat import engine_of, storage_of
 from hpo.storage.tickets import TicketBudget
 from hpo.verdicts import Kind, Verdict
@@ -44,7 +45,7 @@ class RetryWithRefund:
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         history = [*trial.system_attrs.get("retry_history", []), trial.number]
         limit = self.max_retries if self.max_retries is not None else max_retries_of(study)
-        cause = trial.user_attrs.get("verdict", UNFINISHED)
+        cause = trial.user_attrs.get(RecordKey.VERDICT, UNFINISHED)
         if len(history) > limit:
             _log.warning(f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})")
             return
@@ -55,7 +56,7 @@ class RetryWithRefund:
                 state=TrialState.WAITING,
                 params=trial.params,
                 distributions=trial.distributions,
-                user_attrs={"retry_of": history[0], "previous_verdict": cause},
+                user_attrs={RecordKey.RETRY_OF: history[0], RecordKey.PREVIOUS_VERDICT: cause},
                 system_attrs={"failed_trial": history[0], "retry_history": history},
             )
         )
@@ -73,7 +74,7 @@ def fail_crashed_trial(study: optuna.Study, trial_id: int, verdict: str) -> bool
     storage = storage_of(study)
     try:
         # The verdict goes first: Optuna refuses any write to a finished trial.
-        storage.set_trial_user_attr(trial_id, "verdict", verdict)
+        storage.set_trial_user_attr(trial_id, RecordKey.VERDICT, verdict)
         if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
             return False
     except UpdateFinishedTrialError:

@@ -23,6 +23,7 @@ import sqlalchemy.exc
 from hpo.config.space import SearchSpace
 from hpo.errors import TrialError, error_verdict, short_traceback
 from hpo.logging import get_logger
+from hpo.records import RecordKey
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
 from hpo.storage.retry import UNFINISHED, RetryWithRefund
@@ -80,8 +81,8 @@ class GuardedObjective:
         self.sticky: BaseException | None = None  # a device error that left this process's device unusable
 
     def __call__(self, trial: optuna.Trial):
-        trial.set_user_attr("verdict", UNFINISHED)
-        trial.set_user_attr("worker", self.worker)
+        trial.set_user_attr(RecordKey.VERDICT, UNFINISHED)
+        trial.set_user_attr(RecordKey.WORKER, self.worker)
         try:
             return self.objective(trial)
         except optuna.TrialPruned:
@@ -92,8 +93,8 @@ class GuardedObjective:
 
             if is_sticky_device_error(exc.__cause__ or exc):
                 self.sticky = exc
-            trial.set_user_attr("verdict", mask_password(str(verdict)))
-            trial.set_user_attr("error_traceback", mask_password(short_traceback(exc)))
+            trial.set_user_attr(RecordKey.VERDICT, mask_password(str(verdict)))
+            trial.set_user_attr(RecordKey.ERROR_TRACEBACK, mask_password(short_traceback(exc)))
             _log.warning(
                 f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_password(''.join(traceback.format_exception(exc)))}"
             )

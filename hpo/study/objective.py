@@ -28,6 +28,7 @@ import optuna
 from hpo.config.space import SearchSpace
 from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner, TrialError
+from hpo.records import RecordKey
 from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
 from hpo.study.progress import eval_line
 from hpo.study.suggest import suggest_config
@@ -65,12 +66,12 @@ class Objective:
         try:
             outcome = execute(config, StudyVerdicts(trial.study), on_eval, phases, self.references)
         except TrialError as exc:  # what it recorded so far, then FAIL (see GuardedObjective)
-            set_user_attrs(trial, {**exc.attrs, "verdict": str(exc.verdict)})
-            trial.set_user_attr("phases_s", phases.record())
+            set_user_attrs(trial, {**exc.attrs, RecordKey.VERDICT: str(exc.verdict)})
+            trial.set_user_attr(RecordKey.PHASES_S, phases.record())
             raise
         with phases("storage"):
-            set_user_attrs(trial, {**outcome.attrs, "verdict": str(outcome.verdict)})
-        trial.set_user_attr("phases_s", phases.record())  # the write above included
+            set_user_attrs(trial, {**outcome.attrs, RecordKey.VERDICT: str(outcome.verdict)})
+        trial.set_user_attr(RecordKey.PHASES_S, phases.record())  # the write above included
         feasible = outcome.verdict.feasible
         record_feasibility(trial, 0.0 if feasible else 1.0)
         if outcome.verdict.kind in (Kind.PRUNED, Kind.DIVERGED):

@@ -8,11 +8,11 @@ from hpo.config.params import Choices, Fixed, FloatRange, IntRange, ParamSpec
 from hpo.config.resolve import build_config
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
+from hpo.records import RecordKey
 from hpo.study.strategy import KEPT_ATTR, suggest_kept
 
 # Set on each trial of a `probe_first` study: its knobs came from the sweep, at this rank within
 # their precision (hpo.study.strategy).
-CHOSEN_BY_ATTR, RANK_ATTR = "knobs_chosen_by", "knobs_sweep_rank"
 
 
 def suggest_config(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
@@ -28,8 +28,8 @@ def _kept_knobs(trial: optuna.Trial) -> Knobs:
     if not decided or not decided.get("kept"):
         raise RuntimeError("study.strategy probe_first: the study has no sweep result; its workers run the sweep first")
     kept = suggest_kept(trial, decided["kept"])
-    trial.set_user_attr(CHOSEN_BY_ATTR, "sweep")
-    trial.set_user_attr(RANK_ATTR, kept["rank"])
+    trial.set_user_attr(RecordKey.KNOBS_CHOSEN_BY, "sweep")
+    trial.set_user_attr(RecordKey.KNOBS_SWEEP_RANK, kept["rank"])
     return Knobs(**kept["knobs"])
 
 

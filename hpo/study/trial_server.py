@@ -19,6 +19,7 @@ from hpo.config.space import SearchSpace
 from hpo.storage.pools import share_connection_with_children
 from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.study.placement import default_workers
+from hpo.torch_compat import PRELOADED_TORCH_MODULES
 from hpo.workloads.registry import BUILTIN_WORKLOADS
 
 __all__ = ["PRELOAD", "start_early", "start_trial_server"]
@@ -29,8 +30,7 @@ __all__ = ["PRELOAD", "start_early", "start_trial_server"]
 # trial stack.
 PRELOAD = [
     "torch",
-    "torch._dynamo",
-    "torch.profiler._cupti_monitor",
+    *PRELOADED_TORCH_MODULES,
     "optuna",
     "optuna.storages._rdb.models",
     "alembic.migration",

@@ -15,6 +15,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from hpo.config.params import Choices, FloatRange, IntRange, ParamSpec
 from hpo.config.space import SearchSpace
+from hpo.records import RecordKey
 from hpo.study.ranking import top_trials
 
 __all__ = ["WarmStart", "searched_distributions", "warm_start"]
@@ -59,6 +60,6 @@ def warm_start(source: optuna.Study, target: optuna.Study, target_space: SearchS
         if outside:
             done.append(WarmStart(trial.number, None, f"outside {target.study_name!r}'s space: {', '.join(outside)}"))
             continue
-        target.enqueue_trial(params, user_attrs={"warm_start_from": f"{source.study_name}#{trial.number}"})
+        target.enqueue_trial(params, user_attrs={RecordKey.WARM_START_FROM: f"{source.study_name}#{trial.number}"})
         done.append(WarmStart(trial.number, params))
     return done

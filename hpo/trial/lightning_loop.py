@@ -8,9 +8,9 @@ Lightning's mechanisms and the same evidence, guards and records as hpo's loop.
 - gradient checkpointing on the workload's blocks, torch.compile of the module, attention through
   hpo's attention function (the workload receives it).
 
-A callback profiles one training step to observe what ran, times the steady-state steps, samples
-memory, stops on a non-finite loss or a collapsed fp16 scale, and reports each validation to the
-study (which may prune). Lightning writes no logs or checkpoints: they are off, and its root folder
+A callback (`hpo.trial.lightning_callback`) profiles one training step to observe what ran, times
+the steady-state steps, samples memory, stops on a non-finite loss or a collapsed fp16 scale, and
+reports each validation to the study (which may prune). Lightning writes no logs or checkpoints: they are off, and its root folder
 is a temporary one, so nothing lands in the working directory.
 """
 
@@ -18,31 +18,25 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import statistics
 import tempfile
-import time
 import warnings
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import torch
 
 from hpo.config.trial import TrialConfig
-from hpo.engine.assembly import MIN_GRAD_SCALE
-from hpo.errors import KnobUnavailable, TrialRejected
-from hpo.evidence.capture import capture_step
-from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.errors import KnobUnavailable
 from hpo.hardware.memory import MemoryMeter
-from hpo.hardware.runtime import synchronize
 from hpo.knobs.attention import pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.knobs.compile import GraphRecord, compile_model
 from hpo.knobs.optimizer_impl import with_implementation
 from hpo.knobs.precision import precision_plugin
-from hpo.trial.trainer import EvalCallback, TrainResult, evidence_step_index
-from hpo.verdicts import Kind, Verdict
-from hpo.workloads.lightning import LightningWorkload, as_dict
+from hpo.torch_compat import install_scheduler_tracked_step
+from hpo.trial.lightning_callback import callback_class
+from hpo.trial.trainer import EvalCallback, TrainResult
+from hpo.workloads.lightning import LightningWorkload
 
 __all__ = ["lightning_device", "lightning_precision", "train_lightning"]
 
@@ -65,11 +59,9 @@ def _closure_first(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
             with torch.enable_grad():
                 loss = closure()
         update()
-        optimizer._opt_called = True  # what the LR scheduler's own wrapper records
         return loss
 
-    step._wrapped_by_lr_sched = True  # the scheduler checks for its wrapper; this one does its job
-    optimizer.step = step
+    install_scheduler_tracked_step(optimizer, step)  # the scheduler checks for its wrapper; this one does its job
     return optimizer
 
 
@@ -93,99 +85,6 @@ def _rebuild_optimizers(returned, impl: str):
         "optimizer: hpo applies the optimizer knob to configure_optimizers returning one optimizer "
         f"or a dict with 'optimizer'; got {type(returned).__name__}"
     )
-
-
-def _callback_class():
-    """The callback class, defined on first use so that importing this module needs no Lightning."""
-    import lightning.pytorch as pl
-
-    class HpoCallback(pl.Callback):
-        def __init__(self, view: SimpleNamespace, config: TrialConfig, workload: LightningWorkload, on_eval):
-            self.view, self.config, self.workload, self.on_eval = view, config, workload, on_eval
-            self.evidence_at = evidence_step_index(config)
-            self.step_times, self.samples, self.history, self.observed = [], 0, [], {}
-            self.train_s, self.reached = 0.0, None  # training time as hpo's loop counts it
-            self._capture, self._start = None, 0.0
-
-        @contextlib.contextmanager
-        def capture_closed(self) -> Iterator[None]:
-            """However fit ends, the evidence capture is closed: a step that raises between its
-            batch start and end would otherwise leave the profiler and the dtype recorder running
-            for the rest of the process (every later trial of an in-process worker)."""
-            try:
-                yield
-            finally:
-                if self._capture is not None:
-                    capture, self._capture = self._capture, None
-                    capture.__exit__(None, None, None)
-
-        def on_fit_start(self, trainer, pl_module) -> None:
-            self.view.optimizer = trainer.optimizers[0]
-            self.view.scaler = getattr(trainer.precision_plugin, "scaler", None)
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if trainer.global_step == self.evidence_at:
-                self._capture = capture_step(self.view)
-                self._evidence = self._capture.__enter__()
-            synchronize(self.view.device)
-            self._start = time.perf_counter()
-
-        def on_before_backward(self, trainer, pl_module, loss) -> None:
-            self.view.memory.sample()  # activations are alive: the step's high-water mark
-            if not torch.isfinite(loss.detach()):
-                raise TrialRejected(Verdict.make(Kind.DIVERGED, f"step {trainer.global_step}: loss is {loss.item()}"))
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            synchronize(self.view.device)
-            step = trainer.global_step - 1
-            if self._capture is not None:
-                self._capture.__exit__(None, None, None)
-                self._capture = None
-                self.observed = observed_knobs(self._evidence)
-                problems = mismatches(self.config.knobs, self.observed)
-                if problems:
-                    raise TrialRejected(mismatch_verdict(Kind.MISMATCH, problems, self.config.knobs), observed=self.observed)
-            else:  # the profiled step's cost is hpo's profiler, not the knobs'
-                self.train_s += time.perf_counter() - self._start
-            if step > self.evidence_at:
-                self.step_times.append(time.perf_counter() - self._start)
-                self.samples += self.workload.samples_in(as_dict(batch))
-            budget = self.config.training.budget_s
-            if budget is not None and self.train_s >= budget:
-                trainer.should_stop = True
-            scaler = self.view.scaler
-            if scaler is not None and scaler.get_scale() < MIN_GRAD_SCALE:
-                detail = f"step {step}: fp16 GradScaler scale collapsed to {scaler.get_scale():.3g}"
-                raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
-
-        def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-            # hpo clips here rather than through Lightning's gradient_clip_val, which refuses a fused
-            # optimizer under mixed precision; like hpo's loop, unscale first (Lightning leaves a
-            # fused optimizer's gradients scaled, since its step would unscale them itself).
-            clip = self.config.training.grad_clip
-            if clip <= 0:
-                return
-            scaler = self.view.scaler
-            if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
-                scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(pl_module.parameters(), clip)
-
-        def on_validation_end(self, trainer, pl_module) -> None:
-            if trainer.sanity_checking:
-                return
-            metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k in self.workload.metrics}
-            bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
-            if bad:
-                detail = f"step {trainer.global_step}: non-finite eval metrics {bad}"
-                raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
-            self.history.append((trainer.global_step, metrics))
-            if self.on_eval is not None:
-                self.on_eval(trainer.global_step, metrics)
-            target = self.config.training.target
-            if target is not None and self.reached is None and target.reached(metrics):
-                self.reached, trainer.should_stop = self.train_s, True
-
-    return HpoCallback
 
 
 def train_lightning(
@@ -212,7 +111,7 @@ def train_lightning(
     module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
     fitted = compile_model(module, knobs.compile, training.compile_backend, graphs) if knobs.compile else module
     view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device))
-    callback = _callback_class()(view, config, workload, on_eval)
+    callback = callback_class()(view, config, workload, on_eval)
     train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
     with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
         trainer = pl.Trainer(
@@ -250,7 +149,6 @@ def _result(callback, module: torch.nn.Module, view: SimpleNamespace) -> TrainRe
         peak_mem_mb=view.memory.peak_mb,
         n_params=sum(p.numel() for p in module.parameters()),
         steps=callback.history[-1][0],
-        history=callback.history,
         train_s=callback.train_s,
         time_to_target_s=callback.reached,
     )

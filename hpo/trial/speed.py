@@ -18,6 +18,7 @@ from hpo.config.trial import TrialConfig
 from hpo.engine.flops import model_flops_per_sample
 from hpo.hardware.peaks import peak_for
 from hpo.hardware.probes import device_model
+from hpo.records import RecordKey
 from hpo.trial.trainer import TrainResult
 from hpo.verify.cache import VerdictStore, flops_key
 from hpo.workloads.base import Workload
@@ -41,18 +42,20 @@ def _flops_per_sample(workload: Workload, config: TrialConfig, device: torch.dev
 
 def speed_attrs(workload: Workload, config: TrialConfig, device: torch.device, result: TrainResult, store: VerdictStore) -> dict:
     """steps_run, train_s, the target's outcome, FLOPs, achieved TFLOP/s and MFU with its peak."""
-    attrs: dict = {"steps_run": result.steps, "train_s": result.train_s}
+    attrs: dict = {RecordKey.STEPS_RUN: result.steps, RecordKey.TRAIN_S: result.train_s}
     if config.training.target is not None:
-        attrs["time_to_target_s"] = result.time_to_target_s
-        attrs["target_reached"] = result.time_to_target_s is not None
+        attrs[RecordKey.TIME_TO_TARGET_S] = result.time_to_target_s
+        attrs[RecordKey.TARGET_REACHED] = result.time_to_target_s is not None
     flops = _flops_per_sample(workload, config, device, store)
     achieved = flops * result.train_samples_per_s / 1e12
     peak = peak_for(device, config.knobs.precision, device_model(device))
-    attrs.update(model_flops_per_sample=flops, achieved_tflops=achieved)
+    attrs.update({RecordKey.MODEL_FLOPS_PER_SAMPLE: flops, RecordKey.ACHIEVED_TFLOPS: achieved})
     attrs.update(
-        mfu=None if peak is None or not math.isfinite(achieved) else achieved / peak.tflops,
-        peak_tflops=None if peak is None else peak.tflops,
-        peak_source=None if peak is None else peak.source,
+        {
+            RecordKey.MFU: None if peak is None or not math.isfinite(achieved) else achieved / peak.tflops,
+            RecordKey.PEAK_TFLOPS: None if peak is None else peak.tflops,
+            RecordKey.PEAK_SOURCE: None if peak is None else peak.source,
+        }
     )
     return attrs
 

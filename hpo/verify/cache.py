@@ -1,5 +1,6 @@
 """Verdict cache: one probe per (model signature, knobs, device model, software versions), shared by
-every worker of a study through the study's own storage (study user attrs `verdict:<key>`)."""
+every worker of a study through the study's own storage (`hpo.verify.store`), and the keys of the
+measurements shared beside the verdicts (the reference's step time, a model's FLOPs)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hpo.config.trial import TrialConfig
 from hpo.hardware.probes import device_model
 
 # The stores live in a torch-free module (the sampler wrapper reads them); re-exported here.
-from hpo.verify.store import VERDICT_PREFIX, MemoryVerdicts, StudyVerdicts, VerdictStore
+from hpo.verify.store import FLOPS_PREFIX, REFERENCE_PREFIX, VERDICT_PREFIX, MemoryVerdicts, StudyVerdicts, VerdictStore
 
 _VERSIONED_PACKAGES = ("transformers", "flash-attn", "xformers", "apex")
 
@@ -35,6 +36,16 @@ def package_versions() -> dict[str, str | None]:
 def reference_key(config: TrialConfig, device: torch.device) -> str:
     """The key of the fp32/eager/for-loop reference's step time for this model, batch and device:
     measured once per study and shared, rather than re-timed for every knob combination."""
+    return REFERENCE_PREFIX + _reference_digest(config, device)
+
+
+def flops_key(config: TrialConfig, device: torch.device) -> str:
+    """The key of the model's FLOPs per sample (`{"model_flops_per_sample": ...}`), counted once
+    per study: by the probe's reference step, or else by the first trial's speed record."""
+    return FLOPS_PREFIX + _reference_digest(config, device)
+
+
+def _reference_digest(config: TrialConfig, device: torch.device) -> str:
     facts = {
         "reference": True,
         "workload": config.workload,
@@ -43,13 +54,7 @@ def reference_key(config: TrialConfig, device: torch.device) -> str:
         "device": device_model(device),
         "versions": dict(package_versions()),
     }
-    return "reference-" + hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def flops_key(config: TrialConfig, device: torch.device) -> str:
-    """The key of the model's FLOPs per sample (`{"model_flops_per_sample": ...}`), counted once
-    per study: by the probe's reference step, or else by the first trial's speed record."""
-    return "flops-" + reference_key(config, device)
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def verdict_key(config: TrialConfig, device: torch.device) -> tuple[str, dict[str, Any]]:
@@ -76,6 +81,8 @@ def speed_key(key: str, batch_size: int) -> str:
 
 
 __all__ = [
+    "FLOPS_PREFIX",
+    "REFERENCE_PREFIX",
     "VERDICT_PREFIX",
     "MemoryVerdicts",
     "StudyVerdicts",

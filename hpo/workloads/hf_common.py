@@ -20,7 +20,7 @@ from torch import nn
 
 from hpo.errors import KnobUnavailable, UserInputError
 from hpo.workloads.options.hf_files import force_offline
-from hpo.workloads.text_classification import _hf_attention, _own_weights, _quiet_transformers
+from hpo.workloads.text_classification import hf_attention_implementation, own_weights, quiet_transformers
 
 __all__ = ["cache_folder", "cached", "checkpoint_layers", "load_pretrained", "load_tokenizer", "pad_rows"]
 
@@ -43,7 +43,7 @@ def load_tokenizer(path: str):
     force_offline()
     from transformers import AutoTokenizer
 
-    with _quiet_transformers():
+    with quiet_transformers():
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
@@ -52,7 +52,7 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overr
     class refuses (no SDPA support, flash-attn missing) is an `incompatible` verdict, never a
     fallback; so is a model that came back with another implementation than the one asked for."""
     force_offline()
-    impl = _hf_attention(attention)  # flash_attn/xformers: raises KnobUnavailable when missing
+    impl = hf_attention_implementation(attention)  # flash_attn/xformers: raises KnobUnavailable when missing
     import transformers
 
     cls = getattr(transformers, auto_class)
@@ -62,7 +62,7 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overr
         if unknown:
             raise UserInputError(f"workload.config_overrides: {unknown} are not attributes of the config in {path!r}")
         config = {**config, **overrides}
-    with _quiet_transformers(), torch.random.fork_rng(devices=[]):
+    with quiet_transformers(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # new heads are drawn from a forked RNG: same seed, same model
         try:
             model = cls.from_pretrained(path, local_files_only=True, attn_implementation=impl, **config)
@@ -78,7 +78,7 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overr
         raise KnobUnavailable(
             f"attention={attention} asked transformers for {impl!r}, which set {got!r}", [("attention", attention)]
         )
-    _own_weights(model)
+    own_weights(model)
     return model
 
 

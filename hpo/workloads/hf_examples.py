@@ -25,16 +25,16 @@ VALIDATION_MODULES = ("typing", "subprocess")
 
 
 def write_examples(folder: Path) -> list[Path]:
-    from hpo.workloads.text_classification import _quiet_transformers
+    from hpo.workloads.text_classification import quiet_transformers
 
     force_offline()
     folder.mkdir(parents=True, exist_ok=True)
-    with _quiet_transformers():
+    with quiet_transformers():
         return [*_topics(folder), _minilm(folder / "minilm"), *_python_text(folder), _tiny_gpt2(folder)]
 
 
 def _topics(folder: Path) -> list[Path]:
-    from hpo.workloads.text_classification import load_data
+    from hpo.workloads.chat_corpus import load_data
 
     data = load_data(64, None, None)  # the built-in's deduplicated, stratified split of the same corpus
     written = []

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpo.errors import UserInputError
+from hpo.torch_compat import mark_dynamic_width
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.hf_common import (
     cache_folder,
@@ -128,7 +129,7 @@ class HFTextClassification(Workload):
     def _logits(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         for value in inputs.values():  # widths vary by batch: one compiled graph for all of them
-            torch._dynamo.maybe_mark_dynamic(value, 1)
+            mark_dynamic_width(value, 1)
         return model(**inputs).logits.float()
 
     def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:

@@ -13,7 +13,7 @@ import optuna
 import pytest
 import yaml
 
-from hpo.trial.records import check_trial_attrs
+from hpo.records import check_trial_attrs
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {

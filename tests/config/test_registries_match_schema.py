@@ -9,7 +9,7 @@ from hpo import deps
 from hpo.config.schema import SystemsSpec
 from hpo.evidence.observe import StepEvidence, observed_knobs
 from hpo.hardware import probes
-from hpo.knobs.attention import ATTENTION_FUNCTIONS, SDPA_KERNELS
+from hpo.knobs.attention import SDPA_KERNELS
 from hpo.knobs.optimizer_impl import IMPLEMENTATION_FLAGS
 from hpo.knobs.optimizers import OPTIMIZER_BUILDERS, build_optimizer
 from hpo.knobs.precision import DTYPES
@@ -23,7 +23,8 @@ def test_registry_keys_are_the_schema_values():
     # Every knob in the registry is a key of the schema's `systems` section; the other keys there
     # choose how and where to run (compile backend, device) and are not searched.
     assert set(SystemsSpec.model_fields) == {*KNOB_NAMES, "compile_backend", "device"}
-    assert set(ATTENTION_FUNCTIONS) == set(ATTENTIONS) == set(ATTENTION_SPECS)
+    assert set(ATTENTION_SPECS) == set(ATTENTIONS)
+    assert all(callable(load(spec.builder)) for spec in ATTENTION_SPECS.values())
     assert set(SDPA_KERNELS) == {a for a in ATTENTIONS if a.startswith("sdpa_")}
     assert set(OPTIMIZER_BUILDERS) == set(OPTIMIZER_IMPLS) == set(OPTIMIZER_SPECS)
     assert set(DTYPES) == set(PRECISIONS) == set(PRECISION_SPECS)

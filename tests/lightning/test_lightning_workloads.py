@@ -15,8 +15,8 @@ import yaml
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.errors import PrunedByPruner
+from hpo.records import check_trial_attrs
 from hpo.trial.executor import execute
-from hpo.trial.records import check_trial_attrs
 from hpo.verify.cache import MemoryVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]

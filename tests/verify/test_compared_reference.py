@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import toy_config
 
+import hpo.verify.compared_step as compared_step_module
 import hpo.verify.probe as probe_module
 from hpo.config.trial import Knobs
 from hpo.verify.cache import MemoryVerdicts
@@ -37,7 +38,8 @@ def reference_builds(monkeypatch) -> list[Knobs]:
         built.append(knobs)
         return original(workload, knobs, training, device)
 
-    monkeypatch.setattr(probe_module, "AssembledModel", counting)
+    for module in (probe_module, compared_step_module):  # the reference, and the models under knobs
+        monkeypatch.setattr(module, "AssembledModel", counting)
     return built
 
 

@@ -102,7 +102,7 @@ def test_working_but_much_slower_combination_is_flagged_with_its_ratio():
 
 
 def test_the_finite_check_of_gradients_is_exact_where_a_norm_would_overflow():
-    from hpo.verify.probe import _all_finite
+    from hpo.verify.compared_step import _all_finite
 
     huge = [torch.full((4,), 3e38), torch.ones(3)]  # finite, though their norm overflows fp32
     assert torch.isinf(torch.linalg.vector_norm(huge[0]))

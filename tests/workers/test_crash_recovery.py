@@ -10,8 +10,8 @@ import pytest
 from optuna.trial import TrialState
 from optuna_dashboard._note import get_note_from_system_attrs
 
+from hpo.records import check_trial_attrs
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
-from hpo.trial.records import check_trial_attrs
 from worker_harness import (
     STUDY,
     alive,

@@ -10,9 +10,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from hpo.records import check_trial_attrs
 from hpo.storage.open import open_storage
 from hpo.study.avoid import known_bad_parts
-from hpo.trial.records import check_trial_attrs
 from hpo.verify.store import StudyVerdicts
 from worker_harness import STUDY, hpo, space_file, tickets, trials
 

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from hpo.trial.records import check_trial_attrs
+from hpo.records import check_trial_attrs
 from worker_harness import SECRET, STUDY, descendants, hpo, hpo_env, space_file, tickets, trials
 
 

@@ -11,8 +11,10 @@ from torch.profiler import ProfilerActivity, profile
 
 from hpo import deps
 from hpo.errors import KnobUnavailable, UserInputError
-from hpo.knobs.attention import ATTENTION_FUNCTIONS, eager_attention, pinned_kernel
+from hpo.knobs.attention import eager_attention, pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
+from hpo.knobs.registry import ATTENTION_SPECS
+from hpo.workloads import chat_corpus as corpus
 from hpo.workloads import text_classification as tc
 from hpo.workloads.base import build_options
 
@@ -32,14 +34,14 @@ def profiled_ops(workload: TextClassification, attention: str) -> set[str]:
 
 
 def test_dataset_is_real_text_with_a_deterministic_stratified_split():
-    topics, pairs = tc.load_corpus()
+    topics, pairs = corpus.load_corpus()
     assert len(topics) >= 2 and "trivia" in topics
     assert all(isinstance(text, str) and text for text, _ in pairs)
     assert len({text for text, _ in pairs}) == len(pairs)  # each text under exactly one topic
     assert ("what is ai?", topics.index("ai")) in pairs
 
-    data = tc.load_data(32, None, None)
-    fresh = tc.load_data.__wrapped__(32, None, None)  # bypass the cache: the split itself is deterministic
+    data = corpus.load_data(32, None, None)
+    fresh = corpus.load_data.__wrapped__(32, None, None)  # bypass the cache: the split itself is deterministic
     for split, again in ((data.train, fresh.train), (data.eval, fresh.eval)):
         for key in ("input_ids", "attention_mask", "labels"):
             assert torch.equal(split[key], again[key])
@@ -80,7 +82,7 @@ def test_bad_options_name_the_rule_and_value(raw, match):
 
 
 def test_attention_table_covers_every_backend():
-    assert set(tc.HF_ATTENTION) == set(ATTENTION_FUNCTIONS)
+    assert set(tc.HF_ATTENTION) == set(ATTENTION_SPECS)
 
 
 def test_attention_knob_changes_the_kernel_that_runs():
@@ -183,13 +185,13 @@ def test_minilm_loads_pretrained_weights_offline(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
-    monkeypatch.setattr(tc, "_tokenizer", functools.cache(tc._tokenizer.__wrapped__))  # load it again, offline
+    monkeypatch.setattr(corpus, "tokenizer", functools.cache(corpus.tokenizer.__wrapped__))  # load it again, offline
     from safetensors import safe_open
 
     workload = TextClassification(TextClassification.Options(n_train=16, n_eval=16))
     model = workload.build_model("sdpa")
     assert model.config._attn_implementation == "sdpa" and len(workload.checkpoint_blocks(model)) == 6
-    with safe_open(f"{tc._model_path()}/model.safetensors", "pt") as checkpoint:
+    with safe_open(f"{corpus.model_path()}/model.safetensors", "pt") as checkpoint:
         keys = checkpoint.keys()  # a safetensors handle, not a dict
         name = next(k for k in keys if k.endswith("embeddings.word_embeddings.weight"))
         torch.testing.assert_close(model.bert.embeddings.word_embeddings.weight, checkpoint.get_tensor(name))
@@ -198,7 +200,7 @@ def test_minilm_loads_pretrained_weights_offline(monkeypatch):
     assert math.isfinite(loss.item())
     # The weights live in the process's own memory, not in the checkpoint's memory map, whose pages
     # the first optimizer step would copy-on-write fault one by one (0.2 s a trial).
-    mapped = _mapped_ranges(f"{tc._model_path()}/model.safetensors")
+    mapped = _mapped_ranges(f"{corpus.model_path()}/model.safetensors")
     tensors = [*model.parameters(), *model.buffers()]
     assert not [t for t in tensors if any(lo <= t.data_ptr() < hi for lo, hi in mapped)]
 
@@ -231,7 +233,7 @@ def test_evaluation_cuts_unused_padding_without_changing_the_metrics():
     lengths = workload.data.eval["attention_mask"].sum(1)
     assert torch.equal(lengths, lengths.sort().values)  # shortest first, texts in the same order
     for i in (0, len(lengths) - 1):  # each text still beside its own tokens
-        encoded = tc._tokenizer()(workload.data.eval_texts[i], truncation=True, max_length=workload.options.max_length)
+        encoded = corpus.tokenizer()(workload.data.eval_texts[i], truncation=True, max_length=workload.options.max_length)
         assert encoded["input_ids"] == workload.data.eval["input_ids"][i, : lengths[i]].tolist()
     model = workload.build_model("sdpa").eval()
     seen: list[int] = []
@@ -242,7 +244,7 @@ def test_evaluation_cuts_unused_padding_without_changing_the_metrics():
         padded = _metrics_at_full_width(workload, model)
     max_length = workload.options.max_length
     assert len(widths) == 3 and widths == sorted(widths) and widths[0] < max_length  # what the model ran on
-    assert all(w % tc.EVAL_WIDTH_MULTIPLE == 0 or w == max_length for w in widths)
+    assert all(w % corpus.EVAL_WIDTH_MULTIPLE == 0 or w == max_length for w in widths)
     assert metrics["val_accuracy"] == pytest.approx(padded["val_accuracy"])
     assert metrics["val_loss"] == pytest.approx(padded["val_loss"], rel=1e-5)
 
@@ -262,11 +264,12 @@ def test_a_compiled_model_evaluates_every_cut_width_with_one_set_of_graphs():
     knobs = Knobs(compile="default", precision="fp32", attention="sdpa", optimizer="fused")
     training = TrainingConfig(lr=1e-3, batch_size=16, max_steps=1, eval_every=1, compile_backend="eager")
     graphs = {}
-    for n_eval in (tc.EVAL_BATCH_SIZE, 3 * tc.EVAL_BATCH_SIZE):  # one width, then three
+    for n_eval in (corpus.EVAL_BATCH_SIZE, 3 * corpus.EVAL_BATCH_SIZE):  # one width, then three
         torch._dynamo.reset()
         assembled = AssembledModel(tiny(n_train=16, n_eval=n_eval), knobs, training, torch.device("cpu"))
         widths = {
-            batch["input_ids"].shape[1] for batch in tc.evaluation_batches(assembled.workload.data.eval, tc.EVAL_BATCH_SIZE)
+            batch["input_ids"].shape[1]
+            for batch in corpus.evaluation_batches(assembled.workload.data.eval, corpus.EVAL_BATCH_SIZE)
         }
         assembled.evaluate()  # under the executor's rule that a recompile past the limit fails
         graphs[len(widths)] = assembled.graphs.graphs

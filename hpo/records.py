@@ -1,10 +1,14 @@
 """What every trial records: the one schema of the Optuna user attrs hpo writes on a trial.
 
-The executor, the study's objective and the crash handling write these keys; `hpo best`, `hpo
-report`, the dashboard and users' own scripts read them. Every key is declared here once, with its
-meaning, and the docs' record reference is generated from these declarations (`python -m
-hpo.app.docgen` writes it; a test keeps it in step). `check_trial_attrs` validates one trial's attrs, which
-the tests do for every trial of real studies.
+The executor, the study's objective, the evidence and the crash handling write these keys; `hpo
+best`, `hpo report`, the dashboard and users' own scripts read them. Every key is declared here, with
+its meaning, and the docs' record reference is generated from these declarations (`python -m
+hpo.app.docgen` writes it; a test keeps it in step). Writers name a key by its `RecordKey` constant
+(a test checks the constants are the schema's fields). `check_trial_attrs` validates one trial's
+attrs, which the tests do for every trial of real studies.
+
+It sits below every layer that writes a record (storage, hardware, evidence, trial, study), so each
+of them can name the keys; it imports nothing of hpo.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["KnobsObserved", "KnobsRequested", "TrialRecord", "check_trial_attrs", "readme_list"]
+__all__ = ["KnobsObserved", "KnobsRequested", "RecordKey", "RuntimeSettings", "TrialRecord", "check_trial_attrs", "readme_list"]
 
 
 class _Record(BaseModel):
@@ -42,6 +46,14 @@ class KnobsObserved(_Record):
     compile: bool
     compiled_graphs: int
     grad_scaler: bool
+
+
+class RuntimeSettings(_Record):
+    """Global settings a trial ran under (`hpo.hardware.runtime.trial_runtime`)."""
+
+    tf32: bool  # whether TF32 tensor cores ran fp32 matmuls
+    cudnn_benchmark: bool
+    cpu_allocator: str  # what the C allocator was set to (`hpo.hardware.allocator`)
 
 
 class TrialRecord(_Record):
@@ -72,7 +84,7 @@ class TrialRecord(_Record):
     device: str | None = Field(None, description="the device model the trial ran on")
     torch_version: str | None = Field(None, description="torch's version")
     hpo_version: str | None = Field(None, description="hpo's version")
-    runtime: dict[str, bool | str] | None = Field(
+    runtime: RuntimeSettings | dict[str, bool | str] | None = Field(
         None,
         description="global settings the trial ran under: torch's `tf32` and `cudnn_benchmark`, and `cpu_allocator`, "
         "the C allocator's setting (on glibc, freed memory is kept for the next step; see hpo.hardware.allocator)",
@@ -146,6 +158,54 @@ class TrialRecord(_Record):
     warm_start_from: str | None = Field(None, description="on a warm-started trial: `study#trial` whose configuration it repeats")
     retry_of: int | None = Field(None, description="on a retry: the number of the crashed trial it repeats")
     previous_verdict: str | None = Field(None, description="on a retry: the verdict of the trial it repeats")
+
+
+class RecordKey:
+    """The name of each `TrialRecord` field, for the code that writes it."""
+
+    VERDICT = "verdict"
+    CONFIG = "config"
+    KNOBS_REQUESTED = "knobs_requested"
+    KNOBS_OBSERVED = "knobs_observed"
+    VERDICT_IMPLICATES = "verdict_implicates"
+    VERDICT_KEY = "verdict_key"
+    TRAINER = "trainer"
+    LIGHTNING_PRECISION = "lightning_precision"
+    WORKER = "worker"
+    DEVICE = "device"
+    TORCH_VERSION = "torch_version"
+    HPO_VERSION = "hpo_version"
+    RUNTIME = "runtime"
+    PROBE_S = "probe_s"
+    PROBE_CACHED = "probe_cached"
+    VERDICT_FROM_CACHE = "verdict_from_cache"
+    PROBE_BLAME = "probe_blame"
+    ERROR_TRACEBACK = "error_traceback"
+    PROBE_REFERENCE_REUSED = "probe_reference_reused"
+    SLOWDOWN = "slowdown"
+    PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
+    PROBE_GRAD_REL_ERR = "probe_grad_rel_err"
+    TRAIN_SAMPLES_PER_S = "train_samples_per_s"
+    STEP_TIME_MS = "step_time_ms"
+    PEAK_MEM_MB = "peak_mem_mb"
+    N_PARAMS = "n_params"
+    METRICS = "metrics"
+    STEPS_RUN = "steps_run"
+    TRAIN_S = "train_s"
+    TIME_TO_TARGET_S = "time_to_target_s"
+    TARGET_REACHED = "target_reached"
+    MODEL_FLOPS_PER_SAMPLE = "model_flops_per_sample"
+    ACHIEVED_TFLOPS = "achieved_tflops"
+    MFU = "mfu"
+    PEAK_TFLOPS = "peak_tflops"
+    PEAK_SOURCE = "peak_source"
+    TRIAL_S = "trial_s"
+    PHASES_S = "phases_s"
+    KNOBS_CHOSEN_BY = "knobs_chosen_by"
+    KNOBS_SWEEP_RANK = "knobs_sweep_rank"
+    WARM_START_FROM = "warm_start_from"
+    RETRY_OF = "retry_of"
+    PREVIOUS_VERDICT = "previous_verdict"
 
 
 def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from hpo.trial.records import check_trial_attrs
+from hpo.records import RecordKey, RuntimeSettings, TrialRecord, check_trial_attrs
 
 
 def test_an_undeclared_or_mistyped_attr_is_rejected():
@@ -17,3 +17,14 @@ def test_an_undeclared_or_mistyped_attr_is_rejected():
         check_trial_attrs({"verdict": "ok", "probe_s": "fast"})
     with pytest.raises(pydantic.ValidationError, match="verdict"):
         check_trial_attrs({"probe_s": 0.5})
+
+
+def test_each_record_key_constant_names_a_field_of_the_schema():
+    constants = {name: value for name, value in vars(RecordKey).items() if name.isupper()}
+    assert sorted(constants.values()) == sorted(TrialRecord.model_fields)
+    assert all(name == value.upper() for name, value in constants.items())
+
+
+def test_the_runtime_settings_are_declared():
+    check_trial_attrs({"verdict": "ok", "runtime": {"tf32": False, "cudnn_benchmark": False, "cpu_allocator": "glibc"}})
+    assert set(RuntimeSettings.model_fields) == {"tf32", "cudnn_benchmark", "cpu_allocator"}

@@ -1,0 +1,182 @@
+"""Every private torch API hpo uses, in one place (as `hpo.storage.optuna_compat` is for Optuna's).
+
+torch promises nothing about names that start with an underscore: each one below says the torch
+version it was read from and what to do when it changes or disappears. Nothing else in hpo touches
+a private torch attribute (a test scans the package). The module is imported only by modules that
+already import torch, except for `PRELOADED_TORCH_MODULES`: importing this module does not import
+torch (the study's worker reads that list and never imports torch), so each function imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "PRELOADED_TORCH_MODULES",
+    "cpu_has_native_bf16",
+    "cpu_has_native_fp16",
+    "dynamo_backend",
+    "fail_on_recompile_limit",
+    "foreach_div",
+    "foreach_norm",
+    "foreach_sub",
+    "found_inf_per_device",
+    "install_scheduler_tracked_step",
+    "scale_on_device",
+    "unscales_in_its_step",
+    "in_backward_pass",
+    "inductor_backend",
+    "mark_dynamic_width",
+]
+
+
+# Submodules the forkserver imports once for every trial process (torch 2.13.0): torch._dynamo (the
+# optimizers and the profiler import it lazily) and the profiler's CUPTI monitor. If one is gone,
+# drop it from the list: preloading only saves start-up time.
+PRELOADED_TORCH_MODULES = ("torch._dynamo", "torch.profiler._cupti_monitor")
+
+
+def __getattr__(name: str) -> Any:
+    """`TorchDispatchMode` (torch/utils/_python_dispatch.py, torch 2.13.0): the base of the
+    dispatcher hook the evidence records dtypes with, imported on first use. If it moves, look for
+    its new home in torch's `__torch_dispatch__` docs; without it the dtype evidence cannot be
+    observed at all."""
+    if name == "TorchDispatchMode":
+        return importlib.import_module("torch.utils._python_dispatch").TorchDispatchMode
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (avx512_bf16 or AMX). torch 2.13.0:
+    `torch.cpu._is_avx512_bf16_supported` and `_is_amx_tile_supported`. If they disappear, read the
+    flags from /proc/cpuinfo (`avx512_bf16`, `amx_tile`) instead."""
+    import torch
+
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def cpu_has_native_fp16() -> bool:
+    """Whether oneDNN runs fp16 natively on this CPU (avx512_fp16 or AMX-FP16). torch 2.13.0:
+    `torch.ops.mkldnn._is_mkldnn_fp16_supported`. If it disappears, read `avx512_fp16`/`amx_fp16`
+    from /proc/cpuinfo."""
+    import torch
+
+    return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+
+
+def in_backward_pass() -> bool:
+    """Whether autograd is running a backward pass right now (a checkpointed block recomputing).
+    torch 2.13.0: `torch._C._current_graph_task_id()` is -1 outside backward. If it disappears, count
+    recomputation with a `torch.autograd.graph.saved_tensors_hooks` unpack hook instead."""
+    import torch
+
+    return torch._C._current_graph_task_id() != -1
+
+
+def inductor_backend(mode: str):
+    """The backend `torch.compile(mode=mode)` builds, so the mode's inductor options apply. torch
+    2.13.0: `torch._TorchCompileInductorWrapper(mode, options, dynamic)`. If it disappears, call
+    `torch.compile(model, mode=mode)` and give up wrapping the inductor backend."""
+    import torch
+
+    return torch._TorchCompileInductorWrapper(mode, None, False)
+
+
+def dynamo_backend(name: str):
+    """A compile backend by name. torch 2.13.0: `torch._dynamo.lookup_backend`. If it disappears,
+    pass the name to `torch.compile(backend=name)` directly."""
+    import torch
+
+    return torch._dynamo.lookup_backend(name)
+
+
+def reset_compiled_graphs() -> None:
+    """Forget every compiled graph in this process, so the next compile starts fresh. torch 2.13.0:
+    `torch._dynamo.reset()`. If it disappears, run each compiled combination in its own process."""
+    import torch
+
+    torch._dynamo.reset()
+
+
+def fail_on_recompile_limit(limit: int) -> contextlib.AbstractContextManager:
+    """A context in which Dynamo raises past `limit` recompiles instead of quietly running the frame
+    uncompiled. torch 2.13.0: `torch._dynamo.config.patch(fail_on_recompile_limit_hit=...,
+    recompile_limit=...)`. If the option is renamed, look in torch/_dynamo/config.py; without it a
+    compiled trial may fall back to eager unseen."""
+    import torch
+
+    return torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=limit)
+
+
+def mark_dynamic_width(tensor: torch.Tensor, dim: int = 1) -> None:
+    """Tell a compiled model that `dim` varies between calls, so one graph serves every width.
+    torch 2.13.0: `torch._dynamo.maybe_mark_dynamic`. If it disappears, drop the call: each width
+    then compiles a graph of its own (slower first steps, the same results)."""
+    import torch
+
+    torch._dynamo.maybe_mark_dynamic(tensor, dim)
+
+
+def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's L2 norm, in one fused call. torch 2.13.0: `torch._foreach_norm`. If it
+    disappears, use `[torch.linalg.vector_norm(t) for t in tensors]` (slower on many tensors)."""
+    import torch
+
+    return torch._foreach_norm(tensors)
+
+
+def foreach_sub(left: list[torch.Tensor], right: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Elementwise `left[i] - right[i]`, in one fused call. torch 2.13.0: `torch._foreach_sub`. If
+    it disappears, use a list comprehension."""
+    import torch
+
+    return torch._foreach_sub(left, right)
+
+
+def foreach_div(tensors: list[torch.Tensor], divisor: float | torch.Tensor) -> list[torch.Tensor]:
+    """Each tensor divided by `divisor`, in one fused call. torch 2.13.0: `torch._foreach_div`. If
+    it disappears, use a list comprehension."""
+    import torch
+
+    return torch._foreach_div(tensors, divisor)
+
+
+def scale_on_device(scaler) -> torch.Tensor:
+    """A GradScaler's scale as the device tensor it keeps, read without a host sync. torch 2.13.0:
+    `GradScaler._get_scale_async()` (GradScaler.step reads it to hand to fused kernels). If it
+    disappears, use `scaler.get_scale()`, which costs one host sync per step."""
+    return scaler._get_scale_async()
+
+
+def found_inf_per_device(scaler, optimizer) -> dict:
+    """The inf/NaN flags `GradScaler.unscale_(optimizer)` recorded, one device tensor per device.
+    torch 2.13.0: `GradScaler._found_inf_per_device(optimizer)`. If it disappears, check the
+    unscaled gradients with `torch.isfinite` instead (one more pass over them)."""
+    return scaler._found_inf_per_device(optimizer)
+
+
+def unscales_in_its_step(optimizer) -> bool:
+    """Whether the optimizer's own step unscales the gradients (fused optimizers), so GradScaler.step
+    must hand it the scale. torch 2.13.0: the `_step_supports_amp_scaling` attribute GradScaler.step
+    reads. If it is renamed, read GradScaler.step (torch/amp/grad_scaler.py) for the new name."""
+    return getattr(optimizer, "_step_supports_amp_scaling", False)
+
+
+def install_scheduler_tracked_step(optimizer, step) -> None:
+    """Make `step` the optimizer's step, marked as torch's LR schedulers mark their own wrapper, and
+    have it record each call as that wrapper does (else schedulers warn that they stepped before
+    the optimizer). torch 2.13.0 (torch/optim/lr_scheduler.py, `patch_track_step_called`): the
+    wrapper carries `_wrapped_by_lr_sched` and sets `optimizer._opt_called`. If they are renamed,
+    read that function for the new names."""
+
+    def tracked(*args, **kwargs):
+        optimizer._opt_called = True
+        return step(*args, **kwargs)
+
+    tracked._wrapped_by_lr_sched = True
+    optimizer.step = tracked

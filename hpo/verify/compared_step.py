@@ -1,0 +1,176 @@
+"""The probe's compared step under any knobs: from the reference's initial weights, on the compared
+samples, judged against the reference's loss and gradients (`hpo.verify.tolerances`); and how a
+failure is blamed on the knobs (its own contract or evidence, else a differential run), or raised."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from hpo.config.trial import Knobs, TrialConfig
+from hpo.engine.assembly import AssembledModel
+from hpo.engine.step import NonFiniteLoss, run_step
+from hpo.errors import HpoError, KnobUnavailable, TrialRejected
+from hpo.evidence.capture import capture_step
+from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.torch_compat import foreach_div, foreach_norm, foreach_sub
+from hpo.verdicts import Kind, Verdict
+from hpo.verify.blame import isolate
+from hpo.verify.compared import ComparedReference
+from hpo.verify.known_failures import is_sticky_device_error, match_known_failure
+from hpo.verify.probe_result import ProbeResult
+from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
+from hpo.verify.tolerances import TOLERANCES
+from hpo.workloads.base import Batch, Workload
+
+__all__ = ["ComparedSteps", "NotReproduced", "loss_and_grads"]
+
+
+class NotReproduced(HpoError):
+    """The trial's knobs failed the probe once, and passed when the same step was repeated: the
+    failure proves nothing about the knobs, so it is an error, never a verdict."""
+
+
+@dataclass
+class _Failure:
+    """A failed attempt. `verdict` is set when the failure itself proves the knobs at fault (a
+    known upstream refusal, evidence of another kernel); else a differential run must."""
+
+    detail: str
+    verdict: Verdict | None = None
+    blame: str | None = None
+    error: BaseException | None = None
+
+
+class ComparedSteps:
+    """The compared step under any knobs, from the reference's initial weights on the compared
+    samples, judged against the reference's loss and gradients."""
+
+    def __init__(self, workload: Workload, config: TrialConfig, device: torch.device, kept: ComparedReference, compared: Batch):
+        self.workload, self.config, self.device, self.kept, self.compared = workload, config, device, kept, compared
+        self.result = ProbeResult(verdict=Verdict(Kind.OK))
+
+    def attempt(self, knobs: Knobs, evidence: bool = False) -> tuple[AssembledModel | None, _Failure | None]:
+        """The knobs' model after the compared step and its update, or the failure. Records the
+        errors and (with `evidence`) what ran into `self.result`."""
+        trial = None
+        try:
+            trial = AssembledModel(self.workload, knobs, self.config.training, self.device)
+            trial.model.load_state_dict(self.kept.initial)
+            # The capture covers forward and backward (profiling the optimizer too doubled its
+            # cost); the optimizer path is observed in training.
+            with capture_step(trial) if evidence else contextlib.nullcontext() as seen:
+                loss, grads = loss_and_grads(trial, trial.move(self.compared))
+            failure = self._compare(knobs, loss, grads)
+            if failure is not None:
+                return trial, failure
+            # The compared step's update, after the comparison (gradient clipping would change the
+            # gradients in place): it runs the optimizer knob, and creates its state before timing.
+            trial.optimizer_step()
+            trial.check_scaler(step=0)
+        except (KnobUnavailable, TrialRejected) as exc:
+            return trial, _Failure(str(exc.verdict), exc.verdict, "contract")
+        except NonFiniteLoss as exc:
+            return trial, _Failure(f"non-finite loss {exc.loss}")
+        except (torch.OutOfMemoryError, MemoryError):
+            raise  # out of memory is about this trial's size, not about the knobs: the trial records it
+        except Exception as exc:
+            if is_sticky_device_error(exc):
+                raise  # the device is unusable until this process ends: an error, never the knobs'
+            known = match_known_failure(exc, knobs)
+            return trial, _Failure(f"{type(exc).__name__}: {_first_line(exc)}", known, "contract" if known else None, exc)
+        if evidence:
+            self.result.observed = observed_knobs(seen)
+            problems = mismatches(knobs, self.result.observed)
+            if problems:
+                verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, knobs, prefix="ran other than asked: ")
+                return trial, _Failure(str(verdict), verdict, "evidence")
+        return trial, None
+
+    def _compare(self, knobs: Knobs, loss: float, grads: list[torch.Tensor]) -> _Failure | None:
+        precision = knobs.precision
+        if not math.isfinite(loss):
+            return _Failure(f"non-finite loss {loss} under {precision}")
+        if not _all_finite(grads):
+            return _Failure(f"non-finite gradients under {precision} (overflow)")
+        loss_err = abs(loss - self.kept.loss) / max(abs(self.kept.loss), 1e-12)
+        # Norms per tensor with foreach kernels, then of those: one pass, no Python loop over tensors.
+        diff = _global_norm(foreach_sub(grads, self.kept.grads))
+        grad_err = (diff / _global_norm(self.kept.grads).clamp_min(1e-12)).item()
+        if knobs == self.config.knobs:
+            self.result.loss_rel_err, self.result.grad_rel_err = loss_err, grad_err
+        tol = TOLERANCES[precision]
+        if loss_err > tol.loss:
+            return _Failure(f"loss differs from fp32/eager by {loss_err:.3g} (tolerance {tol.loss} for {precision})")
+        if grad_err > tol.grad:
+            return _Failure(f"gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})")
+        return None
+
+    def verdict_of(self, knobs: Knobs) -> Verdict | None:
+        """None if the compared step passes under `knobs`, else the verdict its failure earns."""
+        _, failure = self.attempt(knobs)
+        if failure is None:
+            return None
+        if failure.verdict is not None:
+            return failure.verdict
+        return Verdict.make(Kind.INCOMPATIBLE, f"{failure.detail} ({_where(knobs)})", differing_from_reference(knobs))
+
+    def blame(self, knobs: Knobs, failure: _Failure) -> tuple[Verdict, str]:
+        """The verdict `failure` proves, and how: its own contract or evidence, else a
+        differential run; a failure that proves nothing is raised (see `run_probe`)."""
+        if failure.verdict is not None:
+            return failure.verdict, failure.blame or "contract"
+        if knobs == REFERENCE_KNOBS:  # nothing differs from the reference, which passed: not the knobs
+            _raise(failure)
+        verdict = isolate(knobs, self.verdict_of)
+        if verdict is None:
+            _raise(failure)
+        return verdict, "differential"
+
+
+def _raise(failure: _Failure) -> None:
+    if failure.error is not None:
+        raise failure.error
+    raise NotReproduced(f"the probe's step failed once ({failure.detail}) and passed when repeated: not the knobs' fault")
+
+
+def _where(knobs: Knobs) -> str:
+    values = ", ".join(f"{k}={v}" for k, v in differing_from_reference(knobs))
+    return f"fails with {values}; passes with fp32/eager/for-loop"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:
+    """The compared step, without an update: its loss and unscaled gradients, which stay on the
+    parameters as well (the trial's update then runs on them)."""
+    # Dropout off: the comparison must see the same function. The model stays in eval mode for the
+    # timed steps too, so a compiled model is not recompiled for train mode mid-measurement.
+    assembled.model.eval()
+    loss = run_step(assembled, batch, step=0, update=False)
+    scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
+    grads = [
+        p.grad.detach().float() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
+        for p in assembled.model.parameters()
+    ]
+    if scale != 1.0:  # fp16's loss scale; a copy, since the update unscales the gradients in place
+        grads = foreach_div(grads, scale)
+    return loss.float().item(), grads
+
+
+def _global_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.linalg.vector_norm(torch.stack(foreach_norm(tensors)))
+
+
+def _all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element is finite. A NaN or an infinity makes its tensor's norm non-finite, so
+    finite norms prove it in one foreach pass; a norm that overflowed from finite values is rare
+    and checked element by element."""
+    if not tensors or bool(torch.isfinite(torch.stack(foreach_norm(tensors))).all()):
+        return True
+    return all(bool(torch.isfinite(t).all()) for t in tensors)

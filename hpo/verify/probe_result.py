@@ -1,0 +1,74 @@
+"""What a probe found (`ProbeResult`), and how its facts are recorded in the verdict cache: its
+verdict under the combination's key, its speed at a batch size under `speed_key`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from hpo.engine.assembly import AssembledModel
+from hpo.verdicts import Kind, Verdict
+from hpo.verify.cache import VerdictStore, speed_key
+
+__all__ = ["ProbeResult", "keep_probe", "speed_fact"]
+
+
+@dataclass
+class ProbeResult:
+    verdict: Verdict
+    loss_rel_err: float | None = None
+    grad_rel_err: float | None = None
+    slowdown: float | None = None
+    reference_step_ms: float | None = None
+    trial_step_ms: float | None = None
+    peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
+    observed: dict = field(default_factory=dict)
+    probe_s: float = 0.0
+    reference_reused: bool = False  # the reference's compared step was read from an earlier probe's
+    # How the verdict was proven: "contract" (a known upstream failure), "evidence" (a knob ran as
+    # something else), "differential" (the reference passes where these knobs fail). None when ok.
+    blame: str | None = None
+    # A timed probe's `slow` verdict at the trial's batch size, apart from `verdict`: compatibility
+    # holds at every batch size, speed is judged per batch size (`hpo.verify.cache.speed_key`).
+    slow: Verdict | None = None
+    # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
+    # trial trains it instead of building its own. Never part of the record.
+    model: AssembledModel | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    def record(self) -> dict:
+        """The cache's record: the verdict as its readable string, with what it implicates."""
+        record = asdict(replace(self, model=None, slow=None))  # a model is no record: never copied into one
+        del record["model"], record["slow"]
+        record["verdict"], record["implicates"] = str(self.verdict), self.verdict.implicated_record()
+        return record
+
+    def speed_record(self, batch_size: int) -> dict | None:
+        """The speed fact at `batch_size` a timed probe measured, for `hpo.verify.cache.speed_key`."""
+        if self.trial_step_ms is None or not self.ok:
+            return None
+        verdict = self.slow or Verdict(Kind.OK)
+        return speed_fact(verdict, self.slowdown, self.trial_step_ms, batch_size)
+
+
+def speed_fact(verdict: Verdict, slowdown: float | None, step_ms: float, batch_size: int) -> dict:
+    return {
+        "verdict": str(verdict),
+        "implicates": verdict.implicated_record(),
+        "slowdown": slowdown,
+        "trial_step_ms": step_ms,
+        "batch_size": batch_size,
+    }
+
+
+def keep_probe(store: VerdictStore, key: str, facts: dict, probe: ProbeResult, batch_size: int) -> tuple[dict, dict | None]:
+    """Record a probe's facts, each insert-if-absent under its own key: its verdict (`key`) and, when
+    it was timed, its speed at `batch_size` (`speed_key`). Returns both records."""
+    record = {**probe.record(), "knobs": facts["knobs"], "device": facts["device"]}
+    store.add(key, record)
+    speed = probe.speed_record(batch_size)
+    if speed is not None:
+        store.add(speed_key(key, batch_size), speed)
+    return record, speed
