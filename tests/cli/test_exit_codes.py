@@ -40,7 +40,7 @@ def _hpo(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
 def _with_fault(tmp_path: Path, fault: str, argv: list[str]) -> subprocess.CompletedProcess:
     """`hpo ARGV` in a process where `fault` (Python code) has broken something first."""
     code = f"import sys; {fault}; from hpo.app.cli import main; sys.exit(main({argv!r}))"
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
 
 
 def test_each_code_means_one_thing_and_the_table_says_what():
