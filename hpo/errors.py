@@ -1,7 +1,7 @@
 """Exceptions that carry their own exit code and a one-line message.
 
 `UserInputError` is anything the user can fix by editing a file or a flag: the CLI prints it
-on one line and exits 2 without touching the storage. `KnobUnavailable` and `TrialRejected`
+on one line and exits 2 (`ExitCode.BAD_INPUT`) without touching the storage. `KnobUnavailable` and `TrialRejected`
 are verdicts about a trial: they are recorded on the trial, never printed as warnings.
 """
 
@@ -9,9 +9,50 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterable
+from enum import IntEnum
 from typing import Any
 
 from hpo.verdicts import Kind, Verdict
+
+
+class ExitCode(IntEnum):
+    """What `hpo` exits with: each code has one meaning, whatever the command (`EXIT_CODES` says it)."""
+
+    OK = 0
+    NO_TRIAL_TRAINED = 1
+    BAD_INPUT = 2
+    STORAGE_UNREACHABLE = 3
+    NO_KNOBS_RUN_HERE = 4
+    WORKER_FAILED = 5
+    INTERNAL_ERROR = 70  # sysexits.h's EX_SOFTWARE: a bug, never a verdict on the user's input
+    INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+    TERMINATED = 143  # 128 + SIGTERM, how Slurm and Kubernetes stop a job
+
+
+# The one table of exit codes: the docs render it, the CLI returns its codes, tests provoke each one.
+EXIT_CODES: dict[ExitCode, str] = {
+    ExitCode.OK: "success: `hpo run` trained at least one trial normally (others may have been rejected, pruned "
+    "or have failed); `hpo probe` found at least one knob combination that runs",
+    ExitCode.NO_TRIAL_TRAINED: "no trial trained normally: every trial of `hpo run` was rejected, pruned, "
+    "diverged or failed, or the config of `hpo train` did not train normally",
+    ExitCode.BAD_INPUT: "bad input (a file, a key, a flag, a study name): one line on stderr, nothing written",
+    ExitCode.STORAGE_UNREACHABLE: "the storage is unreachable or failed: its server refused, could not be "
+    "resolved or timed out, at start or during the run (retry later)",
+    ExitCode.NO_KNOBS_RUN_HERE: "no knob combination can run here: `hpo probe` found none ok, or the opening "
+    "sweep of `study.strategy: probe_first` (`hpo run`, `hpo worker`) verified none (one line per rejected value)",
+    ExitCode.WORKER_FAILED: "a worker failed: `hpo worker`'s trial processes kept dying before their trial "
+    "started, or a local worker process of `hpo run` exited non-zero",
+    ExitCode.INTERNAL_ERROR: "an error in hpo itself (a bug): the traceback is on stderr; please report it",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.TERMINATED: "`hpo worker` or `hpo run` stopped by SIGTERM: its trial process is killed, the trial "
+    "failed and queued for a retry, its reference folder removed",
+}
+
+
+def exit_code_table() -> str:
+    """`EXIT_CODES` as a Markdown table, for the docs."""
+    rows = [f"| {int(code)} | `{code.name.lower()}` | {meaning} |" for code, meaning in EXIT_CODES.items()]
+    return "\n".join(["| exit | name | meaning |", "| --- | --- | --- |", *rows])
 
 
 class HpoError(Exception):
@@ -21,14 +62,14 @@ class HpoError(Exception):
 class UserInputError(HpoError):
     """Bad input the user can fix: a file, a key, a flag, a storage URL."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class StorageUnreachable(UserInputError):
     """The storage's server did not answer (refused, unresolvable, timed out): exit 3, so a cluster
     script can tell "retry later" from "fix the command"."""
 
-    exit_code = 3
+    exit_code = ExitCode.STORAGE_UNREACHABLE
 
 
 class KnobUnavailable(HpoError):

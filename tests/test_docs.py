@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpo.app.docgen import PAGES
+from hpo.errors import exit_code_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,3 +43,7 @@ def test_nothing_in_the_readme_or_docs_points_outside_the_repository():
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = path.read_text()
         assert "../shared" not in text and "/work/" not in text, path
+
+
+def test_the_readmes_exit_code_table_is_the_one_in_hpo_errors():
+    assert exit_code_table() in (ROOT / "README.md").read_text(), "README.md: paste hpo.errors.exit_code_table()"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
-from hpo.errors import UserInputError
+from hpo.app.output import dumps, knob_row_json, outcome_json, trial_json, written_json
+from hpo.errors import ExitCode, UserInputError
 from hpo.logging import set_verbosity
 from hpo.storage.urls import default_storage, mask_password
 
@@ -28,15 +29,25 @@ def _output_file(path: str) -> Path:
     return out
 
 
+def _show(args, as_json, as_table: str) -> None:
+    """The command's result on stdout, as `--format` asks: `as_json` in a shape of `hpo.app.output`."""
+    print(dumps(as_json) if args.format == "json" else as_table)
+
+
 def cmd_validate(args) -> int:
     from hpo.config.space import load_space
 
     space = load_space(args.space)
-    print(
+    searched = [k for k, v in space.systems.items() if len(v) > 1]
+    summary = {"file": args.space, "study": space.study.name, "workload": space.spec.workload.name}
+    summary |= {"params": list(space.params), "searched_knobs": searched}
+    _show(
+        args,
+        summary,
         f"{args.space}: ok (study {space.study.name!r}, workload {space.spec.workload.name!r}, "
-        f"{len(space.params)} params, searched knobs: {[k for k, v in space.systems.items() if len(v) > 1]})"
+        f"{len(space.params)} params, searched knobs: {searched})",
     )
-    return 0
+    return ExitCode.OK
 
 
 def cmd_run(args) -> int:
@@ -51,7 +62,7 @@ def cmd_run(args) -> int:
     if args.workers != 0:
         start_early(space, url, args.workers, isolate=not args.in_process)
     # Imported after that start: Optuna's imports then overlap the forkserver's.
-    from hpo.app.reuse import best_trials, trial_summary
+    from hpo.app.reuse import best_trials
     from hpo.study.create import create_or_resume
     from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
     from hpo.study.workers import run_workers
@@ -67,21 +78,20 @@ def cmd_run(args) -> int:
         print(f"sampler {space.study.sampler.name}: {note}", file=sys.stderr)
     if args.workers == 0:  # workers elsewhere (a cluster job) run it
         print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
-        return 0
+        return ExitCode.OK
     if not _probe_first(study, space, f"study {name!r}"):
-        return 1
+        return ExitCode.NO_KNOBS_RUN_HERE
     timeout = args.timeout if args.timeout is not None else space.study.timeout
     failed = run_workers(study, url, workers=args.workers, timeout=timeout, isolate=not args.in_process)
     if failed:
-        return 1
+        return ExitCode.WORKER_FAILED
     try:
         best = best_trials(study)
-    except UserInputError as exc:  # every trial failed, was rejected or was pruned: see the exit codes in README
+    except UserInputError as exc:  # every trial failed, was rejected or was pruned
         print(f"no best trial: {exc}", file=sys.stderr)
-        return 1
-    for trial in best:
-        print(json.dumps({k: v for k, v in trial_summary(trial).items() if k != "user_attrs"}))
-    return 0
+        return ExitCode.NO_TRIAL_TRAINED
+    _show_trials(args, study, best, "Pareto front")
+    return ExitCode.OK
 
 
 def cmd_worker(args) -> int:
@@ -98,22 +108,26 @@ def cmd_worker(args) -> int:
     from hpo.study.create import space_of
 
     if not _probe_first(study, space_of(study), f"hpo worker: study {args.study!r}"):
-        return 1
+        return ExitCode.NO_KNOBS_RUN_HERE
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
-    except TrialsCannotStart as exc:  # exit 1: this worker could not run trials; the study goes on without it
+    except TrialsCannotStart as exc:  # this worker could not run trials; the study goes on without it
         print(f"hpo worker: error: {exc}", file=sys.stderr)
-        return 1
-    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:  # exit 3: storage lost
-        first = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0]
-        print(f"hpo worker: error: the storage failed ({mask_password(first)}); its trial is retried once stale", file=sys.stderr)
-        return 3
-    return 0
+        return ExitCode.WORKER_FAILED
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:  # storage lost
+        print(f"hpo worker: error: the storage failed ({_first_line(exc)}); its trial is retried once stale", file=sys.stderr)
+        return ExitCode.STORAGE_UNREACHABLE
+    return ExitCode.OK
+
+
+def _first_line(exc: BaseException) -> str:
+    """A storage error's first line (SQLAlchemy wraps the driver's error as `orig`), password masked."""
+    return mask_password((str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
 
 
 def _probe_first(study, space, who: str) -> bool:
     """`study.strategy: probe_first`: the opening sweep (run here, or by another worker) decided the
-    knobs; False (exit 1) when it verified none, after one line per rejected value."""
+    knobs; False (exit `NO_KNOBS_RUN_HERE`) when it verified none, after one line per rejected value."""
     from hpo.app.probe_first import NothingVerified, decide
 
     try:
@@ -126,19 +140,27 @@ def _probe_first(study, space, who: str) -> bool:
 
 
 def cmd_best(args) -> int:
-    from hpo.app.pick import fastest_within, front_table
-    from hpo.app.reuse import best_trials, open_study, trial_summary
+    from hpo.app.pick import fastest_within
+    from hpo.app.reuse import best_trials, open_study
 
     study = open_study(args.study, _storage(args, args.study))
     trials = [fastest_within(study, args.within)] if args.within is not None else best_trials(study)
-    if args.json:
-        print(json.dumps([trial_summary(t) for t in trials], default=str))
-        return 0
-    names = study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
-    what = f"fastest within {args.within}% of the best {names[0]}" if args.within is not None else "Pareto front"
-    print(f"{what} of study {study.study_name!r} ({len(trials)} trial{'s' if len(trials) != 1 else ''}):")
-    print(front_table(trials, names))
-    return 0
+    what = "Pareto front" if args.within is None else f"fastest within {args.within}% of the best {_metric_names(study)[0]}"
+    _show_trials(args, study, trials, what)
+    return ExitCode.OK
+
+
+def _metric_names(study) -> list[str]:
+    return study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
+
+
+def _show_trials(args, study, trials: list, what: str) -> None:
+    """`hpo run`'s and `hpo best`'s result: a list of trials (`trial_json`), or a table of them."""
+    from hpo.app.pick import front_table
+
+    names = _metric_names(study)
+    title = f"{what} of study {study.study_name!r} ({len(trials)} trial{'s' if len(trials) != 1 else ''}):"
+    _show(args, [trial_json(t, study.metric_names) for t in trials], f"{title}\n{front_table(trials, names)}")
 
 
 def cmd_export(args) -> int:
@@ -151,17 +173,20 @@ def cmd_export(args) -> int:
     output = _output_file(args.output) if args.as_format == "yaml" and args.top is None else None
     if args.as_format != "yaml" and args.output is not None and not Path(args.output).parent.is_dir():
         raise UserInputError(f"-o {args.output}: folder {Path(args.output).parent} does not exist; create it first")
+    if args.format == "json" and args.output is None:
+        raise UserInputError(f"--format json lists the files written: give -o; without it --as {args.as_format} prints its code")
     study = open_study(args.study, _storage(args, args.study))
     if args.as_format != "yaml":
         return _export_as(args, study)
     if args.top is not None:
-        for trial, path in export_top(study, args.top, Path(args.output)):
-            print(f"trial {trial.number} config written to {path}")
-        return 0
-    trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
-    export_config(trial, output)
-    print(f"trial {trial.number} config written to {args.output}")
-    return 0
+        written = [(trial.number, path) for trial, path in export_top(study, args.top, Path(args.output))]
+    else:
+        trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
+        export_config(trial, output)
+        written = [(trial.number, args.output)]
+    lines = [f"trial {number} config written to {path}" for number, path in written]
+    _show(args, [written_json(number, "yaml", path) for number, path in written], "\n".join(lines))
+    return ExitCode.OK
 
 
 def _export_as(args, study) -> int:
@@ -173,15 +198,17 @@ def _export_as(args, study) -> int:
         raise UserInputError(f"--top exports hpo configs; --as {args.as_format} writes one trial (--trial N or --within PCT)")
     trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
     result = export_as(trial, args.as_format, Path(args.output) if args.output else None)
-    if isinstance(result, str):
+    if isinstance(result, str):  # the code itself is the result
         print(result, end="")
-        return 0
-    for path in result:
-        print(f"trial {trial.number} as {args.as_format}: {path}")
-    return 0
+        return ExitCode.OK
+    lines = [f"trial {trial.number} as {args.as_format}: {path}" for path in result]
+    _show(args, [written_json(trial.number, args.as_format, path) for path in result], "\n".join(lines))
+    return ExitCode.OK
 
 
 def cmd_probe(args) -> int:
+    import dataclasses
+
     from tqdm import tqdm
 
     from hpo.app.sweep import combinations, sweep, table
@@ -198,54 +225,41 @@ def cmd_probe(args) -> int:
         store = StudyVerdicts(create_or_resume(space, _storage(args, name), name))
     with tqdm(total=len(combinations(space)), desc="probing knob combinations", unit="combo", file=sys.stderr) as bar:
         rows = sweep(space, store, on_row=lambda row: bar.update(1))
-    print(json.dumps([r.as_json() for r in rows]) if args.json else table(rows))
-    if not any(Verdict.parse(r.verdict).ok for r in rows):  # exit codes: README; 1 as when no trial trained
+    _show(args, [knob_row_json(dataclasses.asdict(r)) for r in rows], table(rows))
+    if not any(Verdict.parse(r.verdict).ok for r in rows):
         print(f"no knob combination of {args.space} can run here: see the verdicts above", file=sys.stderr)
-        return 1
-    return 0
+        return ExitCode.NO_KNOBS_RUN_HERE
+    return ExitCode.OK
 
 
 def cmd_enqueue(args) -> int:
     if args.from_study is not None:
         from hpo.app.warm import enqueue_from_study
 
-        if args.to_study is None:
-            raise UserInputError("--from-study needs --to-study NAME: the study to warm-start")
-
-        return enqueue_from_study(args, _storage(args, args.from_study), _storage(args, args.to_study))
+        if args.study is None:
+            raise UserInputError("--from-study needs --study NAME: the study to warm-start")
+        if args.config is not None:
+            raise UserInputError(f"{args.config}: give a CONFIG or --from-study, not both")
+        return enqueue_from_study(args, _storage(args, args.from_study), _storage(args, args.study))
     if args.config is None or args.study is None:
-        raise UserInputError("hpo enqueue takes --study NAME CONFIG.yaml, or --from-study A --to-study B [--top K]")
+        raise UserInputError("hpo enqueue takes --study NAME CONFIG.yaml, or --study B --from-study A [--top K]")
     from hpo.study.enqueue import enqueue_file
 
     params = enqueue_file(args.config, args.study, _storage(args, args.study))
     print(
         f"{args.config} enqueued in study {args.study!r} as a waiting trial with params {params}; its next worker runs it first"
     )
-    return 0
+    return ExitCode.OK
 
 
 def cmd_train(args) -> int:
     from hpo.app.retrain import retrain
 
     config, outcome = retrain(Path(args.config))
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "objectives": list(config.objectives),
-                    "values": outcome.values,
-                    "verdict": str(outcome.verdict),
-                    "user_attrs": outcome.attrs,
-                },
-                default=str,
-            )
-        )
-    else:
-        print(f"verdict: {outcome.verdict}")
-        if outcome.values is not None:
-            for name, value in zip(config.objectives, outcome.values):
-                print(f"{name}: {value:.6g}")
-    return 0 if outcome.ok else 1
+    lines = [f"verdict: {outcome.verdict}"]
+    lines += [f"{name}: {value:.6g}" for name, value in zip(config.objectives, outcome.values or ())]
+    _show(args, outcome_json(config, outcome), "\n".join(lines))
+    return ExitCode.OK if outcome.ok else ExitCode.NO_TRIAL_TRAINED
 
 
 def cmd_doctor(args) -> int:
@@ -256,15 +270,15 @@ def cmd_doctor(args) -> int:
         from hpo.app.reuse import open_study
 
         report["verdicts"] = verdict_rows(open_study(args.study, _storage(args, args.study)))
-    print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
-    return 0
+    print(dumps(report, indent=2) if args.format == "json" else format_report(report))
+    return ExitCode.OK
 
 
 def cmd_dashboard(args) -> int:
     from hpo.app.dashboard import serve_dashboard
 
     serve_dashboard(args.storage or default_storage(args.study or "hpo-study"), args.study, args.host, args.port)
-    return 0
+    return ExitCode.OK
 
 
 def cmd_report(args) -> int:
@@ -273,8 +287,8 @@ def cmd_report(args) -> int:
 
     output = _output_file(args.output)
     write_report(open_study(args.study, _storage(args, args.study)), output)
-    print(f"report written to {args.output}")
-    return 0
+    _show(args, [written_json(None, "report", args.output)], f"report written to {args.output}")
+    return ExitCode.OK
 
 
 def cmd_gpu_check(args) -> int:
@@ -321,14 +335,36 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     set_verbosity(logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO)
     try:
-        return args.func(args)
+        return int(args.func(args))
     except UserInputError as exc:
         one_line = " ".join(str(exc).split())  # the contract is one line, whatever the message held
         print(f"hpo {args.command}: error: {mask_password(one_line)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("hpo: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - one code per meaning: not Python's 1, which means "no trial trained"
+        return _unexpected(args.command, exc)
+
+
+def _unexpected(command: str, exc: Exception) -> int:
+    """A storage that failed mid-command exits 3 in one line; anything else is a bug in hpo: its
+    traceback, then exit 70."""
+    if _is_storage_error(exc):
+        print(f"hpo {command}: error: the storage failed ({_first_line(exc)})", file=sys.stderr)
+        return ExitCode.STORAGE_UNREACHABLE
+    traceback.print_exc()
+    print(
+        f"hpo {command}: internal error (exit {int(ExitCode.INTERNAL_ERROR)}): please report the traceback above", file=sys.stderr
+    )
+    return ExitCode.INTERNAL_ERROR
+
+
+def _is_storage_error(exc: Exception) -> bool:
+    # Only a command that opened a storage can raise one, so its modules are loaded then: no import here.
+    sa, optuna_exc = sys.modules.get("sqlalchemy.exc"), sys.modules.get("optuna.exceptions")
+    kinds = ([sa.SQLAlchemyError] if sa else []) + ([optuna_exc.StorageInternalError] if optuna_exc else [])
+    return isinstance(exc, tuple(kinds))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The docs site's reference pages, generated from the code so that they cannot drift: every key of
 a search-space file (from the pydantic schema), every command and option (from the argparse parser)
-and every trial record (from the record schema).
+with the exit codes (from `hpo.errors`), and every trial record (from the record schema).
 
 `python -m hpo.app.docgen` rewrites them under docs/reference/; a test fails when one is stale.
 """
@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from hpo.config.schema import SpaceFile
+from hpo.errors import exit_code_table
 from hpo.records import readme_list
 
 __all__ = ["PAGES", "cli_page", "records_page", "search_space_page", "write_pages"]
@@ -83,6 +84,8 @@ def cli_page(parser: argparse.ArgumentParser) -> str:
     for name, sub in subparsers.choices.items():
         sub.formatter_class = _FixedWidth  # the page must not depend on the terminal that wrote it
         lines += [f"## `hpo {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    lines += ["## Exit codes", "", "Each code means one thing, whatever the command (`hpo.errors.EXIT_CODES`):", ""]
+    lines += [exit_code_table(), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

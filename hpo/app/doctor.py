@@ -97,24 +97,15 @@ def format_report(report: dict) -> str:
     for row in report.get("verdicts", []):
         knobs = row["knobs"] or {}
         shown = " ".join(f"{k}={v}" for k, v in knobs.items())
-        lines.append(f"verdict {row['key']}  {shown}  on {row['device']}: {row['verdict']}")
+        lines.append(f"verdict  {shown}  on {row['device']}: {row['verdict']}")
     if "verdicts" in report and not report["verdicts"]:
         lines.append("no verdicts cached in this study yet")
     return "\n".join(lines)
 
 
 def verdict_rows(study) -> list[dict]:
-    """The study's cached verdicts: one row per knob set probed on some device."""
+    """The study's cached verdicts, one knob row (`hpo.app.output`) per knob set probed on some device."""
+    from hpo.app.output import knob_row_json
     from hpo.verify.cache import StudyVerdicts
 
-    return [
-        {
-            "key": key,
-            "verdict": record.get("verdict"),
-            "slowdown": record.get("slowdown"),
-            "knobs": record.get("knobs"),
-            "device": record.get("device"),
-            "probe_s": record.get("probe_s"),
-        }
-        for key, record in sorted(StudyVerdicts(study).all().items())
-    ]
+    return [knob_row_json({**record, "cached": True}) for _, record in sorted(StudyVerdicts(study).all().items())]

@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 from hpo import __version__
 
-__all__ = ["build_parser"]
+__all__ = ["TOP_DEFAULT", "build_parser"]
+
+TOP_DEFAULT = 3  # `--top` alone, in `hpo export` and `hpo enqueue` alike
 
 
 def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
@@ -25,16 +27,37 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    def storage_args(p, study_required: bool = True) -> None:
-        p.add_argument("--study", required=study_required, help="study name")
+    def storage_args(p, study_required: bool = True, study_help: str = "study name") -> None:
+        p.add_argument("--study", required=study_required, help=study_help)
+        storage_arg(p, "SQLAlchemy URL (default: $HPO_STORAGE if set, else sqlite:///studies/<study>.db)")
+
+    def storage_arg(p, help_text: str) -> None:
+        p.add_argument("--storage", default=os.environ.get("HPO_STORAGE"), help=help_text)
+
+    def format_args(p, json_shape: str) -> None:
+        """`--format table|json`, and `--json`: its older spelling, kept as an alias."""
         p.add_argument(
-            "--storage",
-            default=os.environ.get("HPO_STORAGE"),
-            help="SQLAlchemy URL (default: $HPO_STORAGE if set, else sqlite:///studies/<study>.db)",
+            "--format",
+            choices=["table", "json"],
+            default="table",
+            help=f"table: for people (default); json: {json_shape} (shapes: docs/cli.md)",
+        )
+        p.add_argument("--json", dest="format", action="store_const", const="json", help="alias of --format json")
+
+    def top_arg(p, help_text: str, **kwargs) -> None:
+        kwargs.setdefault("nargs", "?")
+        p.add_argument(
+            "--top",
+            type=int,
+            const=TOP_DEFAULT,
+            metavar="K",
+            help=f"{help_text}; K is {TOP_DEFAULT} if omitted, as in `hpo export` and `hpo enqueue`",
+            **kwargs,
         )
 
     p = add("validate", commands["validate"], "check a search-space file (an exported config is one)")
     p.add_argument("space", help="the search-space YAML file (an exported config is one)")
+    format_args(p, '{"file", "study", "workload", "params", "searched_knobs"}; a bad file exits 2 either way')
     p = add("run", commands["run"], "create or resume a study and run its trials")
     p.add_argument("space", help="the search-space YAML file (an exported config is one)")
     storage_args(p, study_required=False)
@@ -47,26 +70,23 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "0: only create or resume the study, for workers started elsewhere)",
     )
     p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
+    format_args(p, "the best trials when the run ends, as `hpo best --format json` prints them")
     p = add("worker", commands["worker"], "join an existing study and run trials until its budget is spent")
     p.add_argument("--study", required=True, help="the study to join (created by `hpo run`)")
-    p.add_argument(
-        "--storage",
-        default=os.environ.get("HPO_STORAGE"),
-        help="SQLAlchemy URL of the study (default: $HPO_STORAGE, which keeps a password out of ps)",
-    )
+    storage_arg(p, "SQLAlchemy URL of the study (default: $HPO_STORAGE, which keeps a password out of ps)")
     p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds (default: study.timeout)")
     p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
     within_help = "the fastest trial whose first objective is within PCT percent of the best"
     p = add("best", commands["best"], "show the best trials as a table (the Pareto front for several objectives)")
     storage_args(p)
-    p.add_argument("--json", action="store_true", help="Optuna's study.best_trials among the trials that trained")
+    format_args(p, "a list of trials: Optuna's study.best_trials among the trials that trained")
     p.add_argument("--within", type=float, metavar="PCT", help=within_help)
     p = add("export", commands["export"], "write a runnable config of one trial, or of the top K")
     storage_args(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number (default: best)")
     which.add_argument("--within", type=float, metavar="PCT", help=within_help)
-    which.add_argument("--top", type=int, metavar="K", help="the K best trials (the Pareto front first), as DIR/trial-N.yaml")
+    top_arg(which, "the K best trials that trained (the Pareto front first), as DIR/trial-N.yaml")
     p.add_argument(
         "--as",
         dest="as_format",
@@ -77,23 +97,30 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "Each reproduces the knobs the trial was observed to run",
     )
     p.add_argument("-o", "--output", help="a file, or a folder with --top, --as hf or --as lightning")
+    format_args(p, 'a list of the files written, [{"number", "what", "path"}]')
     p = add("probe", commands["probe"], "probe every knob combination of a space here, ranked by throughput (no training)")
     p.add_argument("space", help="the search-space YAML file (an exported config is one)")
     storage_args(p, study_required=False)
-    p.add_argument("--json", action="store_true", help='[{"knobs", "verdict", "samples_per_s", "slowdown", "peak_mem_mb"}]')
+    format_args(p, "a list of knob rows, ranked by samples/s")
     p = add("enqueue", commands["enqueue"], "warm start: enqueue an exported config, or another study's K best, as next trials")
-    storage_args(p, study_required=False)
+    p.add_argument(
+        "--study",
+        "--to-study",
+        dest="study",
+        help="the study to enqueue into; with --from-study it is created from --space, or from --from-study's "
+        "space (--to-study: its older spelling, still accepted)",
+    )
+    storage_arg(p, "SQLAlchemy URL of --study (default: $HPO_STORAGE if set, else sqlite:///studies/<study>.db)")
     p.add_argument("config", nargs="?", help="a config with every value fixed, such as one written by `hpo export`")
-    p.add_argument("--from-study", help="enqueue this study's best configurations (with --to-study)")
-    p.add_argument("--to-study", help="the study to warm-start; created from --space, or from --from-study's space")
-    p.add_argument("--space", help="the search-space file of --to-study")
-    p.add_argument("--top", type=int, default=3, help="how many of --from-study's best (default 3)")
+    p.add_argument("--from-study", help="enqueue this study's best configurations instead of a CONFIG")
+    p.add_argument("--space", help="the search-space file of --study, when --from-study creates it")
+    top_arg(p, "how many of --from-study's best trials that trained (the Pareto front first)", default=TOP_DEFAULT)
     p.add_argument("--from-storage", help="storage URL of --from-study when it differs from --storage")
     p = add("train", commands["train"], "retrain an exported config without Optuna")
     p.add_argument("config", help="a config with every value fixed, such as one written by `hpo export`")
-    p.add_argument("--json", action="store_true", help='print {"objectives", "values", "verdict", "user_attrs"}')
+    format_args(p, "one trial, in the shape `hpo best` prints (number and state null: no study)")
     p = add("doctor", commands["doctor"], "hardware, software and which knobs are usable here")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    format_args(p, "the report as one object; with --study its verdicts are knob rows")
     p.add_argument("--device", default="auto", help="auto (the worker's GPU if any), cpu, cuda:N or mps")
     storage_args(p, study_required=False)
     p = add("dashboard", commands["dashboard"], "start optuna-dashboard on 127.0.0.1")
@@ -103,6 +130,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     p = add("report", commands["report"], "write a static HTML report with plots")
     storage_args(p)
     p.add_argument("-o", "--output", required=True, help="the HTML file to write (its folder must exist)")
+    format_args(p, 'the file written, [{"number": null, "what": "report", "path"}]')
     gpu_check_args(
         add("gpu-check", commands["gpu-check"], "verify every knob combination of each workload here, each as a short trial")
     )

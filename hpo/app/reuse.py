@@ -25,10 +25,6 @@ def open_study(name: str, storage_url: str) -> optuna.Study:
     return study
 
 
-def trial_summary(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    return {"number": trial.number, "values": trial.values, "params": trial.params, "user_attrs": trial.user_attrs}
-
-
 def find_trial(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:
     if number is None:
         return best_trials(study)[0]

@@ -51,9 +51,6 @@ class SweepRow:
     grad_rel_err: float | None
     cached: bool
 
-    def as_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("knobs", "verdict", "samples_per_s", "slowdown", "peak_mem_mb")}
-
 
 def combinations(space: SearchSpace) -> list[Knobs]:
     names = list(space.systems)

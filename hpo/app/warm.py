@@ -1,4 +1,4 @@
-"""`hpo enqueue --from-study A --to-study B [--space B.yaml] [--top K]`: warm-start study B with the
+"""`hpo enqueue --study B --from-study A [--space B.yaml] [--top K]`: warm-start study B with the
 best configurations of study A (see hpo.study.warm_start for how they map onto B's space)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ __all__ = ["enqueue_from_study"]
 
 
 def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
-    """`hpo enqueue --from-study A --to-study B`: A's best configurations become B's first trials."""
+    """`hpo enqueue --study B --from-study A`: A's best configurations become B's first trials."""
     from hpo.app.reuse import open_study
     from hpo.config.space import load_space
     from hpo.storage.open import open_storage
@@ -23,14 +23,14 @@ def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
         space = load_space(args.space)
     else:  # B's own space when it exists, else A's
         try:
-            space = open_hpo_study(open_storage(target_url), args.to_study)[1]
+            space = open_hpo_study(open_storage(target_url), args.study)[1]
         except UserInputError:
             space = space_of(source)
-    target = create_or_resume(space, target_url, args.to_study)
+    target = create_or_resume(space, target_url, args.study)
     for started in warm_start(source, target, space, args.top):
         where = f"{args.from_study} trial {started.source_trial}"
         print(
-            f"{where}: enqueued in {args.to_study!r} with {started.params}"
+            f"{where}: enqueued in {args.study!r} with {started.params}"
             if started.params
             else f"{where}: skipped, {started.why_skipped}"
         )

@@ -13,6 +13,7 @@ import optuna
 import pytest
 import yaml
 
+from hpo.errors import ExitCode
 from hpo.storage.optuna_compat import storage_of, study_id_of
 from hpo.study.strategy import KEPT_ATTR, LOCK_ATTR
 
@@ -70,7 +71,7 @@ def test_nothing_verified_ends_the_study_at_once_with_a_line_per_rejected_value(
     space = {**SPACE, "systems": {**SPACE["systems"], "precision": "fp16", "attention": "eager", "optimizer": "forloop"}}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
     run = _hpo("run", "space.yaml", "--in-process", cwd=tmp_path)
-    assert run.returncode == 1, run.stderr[-3000:]
+    assert run.returncode == ExitCode.NO_KNOBS_RUN_HERE, run.stderr[-3000:]
     lines = run.stderr.splitlines()
     assert any(line.startswith("precision=fp16: incompatible: non-finite") for line in lines), run.stderr[-3000:]
     study = optuna.load_study(study_name="pf", storage=f"sqlite:///{tmp_path / 'studies' / 'pf.db'}")

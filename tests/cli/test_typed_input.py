@@ -13,6 +13,8 @@ import optuna
 import pytest
 import yaml
 
+from hpo.errors import ExitCode
+
 ROOT = Path(__file__).resolve().parents[2]
 TOY = {
     "study": {"name": "typed", "sampler": {"name": "random", "seed": 0}, "pruner": {"name": "none"}, "n_trials": 2},
@@ -74,9 +76,9 @@ def test_a_typo_exits_2_with_one_line_and_writes_nothing(outcomes, name, says):
     assert not (tmp / "missing").exists()
 
 
-def test_a_probe_where_no_combination_can_run_exits_1(outcomes):
+def test_a_probe_where_no_combination_can_run_exits_4(outcomes):
     _, results = outcomes
     code, out, err = results["probe where nothing runs"]
-    assert code == 1, err[-2000:]
+    assert code == ExitCode.NO_KNOBS_RUN_HERE == 4, err[-2000:]
     assert "fp16" in out and "Traceback" not in err
     assert "no knob combination of fp16.yaml can run here" in err

@@ -10,6 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from hpo.errors import ExitCode
 from hpo.records import check_trial_attrs
 from hpo.storage.open import open_storage
 from hpo.study.avoid import known_bad_parts
@@ -68,7 +69,7 @@ def test_an_in_process_worker_stops_after_a_sticky_device_error(tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     space = space_file(tmp_path, n_trials=2, workload=FAULTY, fault="sticky", sticky_attention="eager")
     run = hpo("run", space, "--storage", url, "--in-process")
-    assert run.returncode == 1, run.stderr[-3000:]
+    assert run.returncode == ExitCode.WORKER_FAILED, run.stderr[-3000:]
     assert "the device is unusable after a sticky error" in run.stderr
     found = trials(url)
     assert [t.state for t in found] == [TrialState.FAIL, TrialState.WAITING]

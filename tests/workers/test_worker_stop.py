@@ -16,6 +16,7 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from hpo.app import cli
+from hpo.errors import ExitCode
 from hpo.study import workers
 from hpo.study.reference_folders import remove_orphaned_folders
 from hpo.study.trial_runners import TrialsCannotStart
@@ -51,7 +52,7 @@ def test_sigterm_ends_the_worker_with_143_its_trial_process_and_its_reference_fo
     finally:
         if worker.poll() is None:
             kill_group(worker)
-    assert worker.returncode == 143, err[-3000:]
+    assert worker.returncode == ExitCode.TERMINATED == 143, err[-3000:]
     assert "SIGTERM" in err and "Traceback" not in err
     assert not folder.exists() and not alive({hung_pid})
     # Its trial is failed and queued for a retry at once, rather than after going stale.
@@ -82,7 +83,11 @@ def test_orphaned_reference_folders_of_dead_processes_are_removed_and_live_ones_
 @pytest.mark.parametrize(
     ("error", "code", "says"),
     [
-        (TrialsCannotStart("3 trial processes in a row ended before their trial started"), 1, "ended before their trial"),
+        (
+            TrialsCannotStart("3 trial processes in a row ended before their trial started"),
+            ExitCode.WORKER_FAILED,
+            "ended before their trial",
+        ),
         (sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("connection refused")), 3, "the storage failed"),
         (optuna.exceptions.StorageInternalError("An exception is raised during the commit."), 3, "the storage failed"),
     ],
