@@ -41,7 +41,7 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from hpo.config.space import load_space
-    from hpo.study.trial_server import start_early
+    from hpo.runtime.forkserver import start_early
 
     space = load_space(args.space)
     if args.workers is not None and args.workers < 0:
@@ -52,9 +52,9 @@ def cmd_run(args) -> int:
         start_early(space, url, args.workers, isolate=not args.in_process)
     # Imported after that start: Optuna's imports then overlap the forkserver's.
     from hpo.app.reuse import best_trials, trial_summary
+    from hpo.runtime.workers import run_workers
     from hpo.study.create import create_or_resume
     from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
-    from hpo.study.workers import run_workers
 
     needs = {r.name: r for r in sampler_requirements()}[space.study.sampler.name]
     if not needs.usable:  # checked before anything is stored: every trial would fail otherwise
@@ -89,8 +89,8 @@ def cmd_worker(args) -> int:
     import sqlalchemy.exc
 
     from hpo.app.reuse import open_study
-    from hpo.study.trial_runners import TrialsCannotStart
-    from hpo.study.workers import run_worker
+    from hpo.runtime.trial_runners import TrialsCannotStart
+    from hpo.runtime.workers import run_worker
 
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")

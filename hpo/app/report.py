@@ -17,10 +17,10 @@ import yaml
 
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
+from hpo.reporting.knob_effects import cells, header, knob_effects
+from hpo.reporting.observed import KNOB_NAMES, observed_knob
+from hpo.reporting.ranking import trained_trials
 from hpo.storage.urls import mask_password
-from hpo.study.knob_effects import cells, header, knob_effects
-from hpo.study.observed import KNOB_NAMES, observed_knob
-from hpo.study.ranking import trained_trials
 from hpo.verdicts import Verdict
 
 __all__ = ["write_report"]

@@ -19,10 +19,10 @@ import sqlalchemy as sa
 
 from hpo.bench.scale import create_study, space
 from hpo.bench.scale_db import DbTimer, fresh_database
+from hpo.runtime.budget import tickets_of
+from hpo.runtime.quiet import quiet_optuna
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of
-from hpo.study.budget import tickets_of
-from hpo.study.quiet import quiet_optuna
 from hpo.trial.records import TrialRecord
 
 __all__ = ["run_connections"]

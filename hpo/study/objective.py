@@ -28,8 +28,8 @@ import optuna
 from hpo.config.space import SearchSpace
 from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner, TrialError
+from hpo.reporting.progress import eval_line
 from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
-from hpo.study.progress import eval_line
 from hpo.study.suggest import suggest_config
 from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
@@ -41,7 +41,7 @@ from hpo.verify.compared import ReferenceFiles
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
     then records its process start as the `start` phase. `reference_dir` is the worker's folder of
-    the probes' reference steps (`hpo.study.trial_runners.reference_folder`), if it keeps one."""
+    the probes' reference steps (`hpo.runtime.trial_runners.reference_folder`), if it keeps one."""
 
     def __init__(
         self,

@@ -8,7 +8,8 @@ from hpo.config.params import Choices, Fixed, FloatRange, IntRange, ParamSpec
 from hpo.config.resolve import build_config
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
-from hpo.study.strategy import KEPT_ATTR, suggest_kept
+from hpo.reporting.sweep_decision import KEPT_ATTR
+from hpo.study.strategy import suggest_kept
 
 # Set on each trial of a `probe_first` study: its knobs came from the sweep, at this rank within
 # their precision (hpo.study.strategy).

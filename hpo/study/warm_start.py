@@ -15,7 +15,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from hpo.config.params import Choices, FloatRange, IntRange, ParamSpec
 from hpo.config.space import SearchSpace
-from hpo.study.ranking import top_trials
+from hpo.reporting.ranking import top_trials
 
 __all__ = ["WarmStart", "searched_distributions", "warm_start"]
 

@@ -18,8 +18,8 @@ import yaml
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
+from hpo.runtime.workers import run_worker
 from hpo.study.create import create_or_resume
-from hpo.study.workers import run_worker
 from hpo.trial.executor import execute
 from hpo.trial.records import check_trial_attrs
 from hpo.verify.cache import MemoryVerdicts

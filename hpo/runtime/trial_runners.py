@@ -2,7 +2,7 @@
 forkserver (`ChildTrials`, the default) whose death is recorded on the trial and retried.
 
 The forkserver has already imported torch and the trial stack, loaded the study's data and built its
-model once (`hpo.study.forkserver_warmup`), so a child costs a fork rather than a new interpreter.
+model once (`hpo.runtime.forkserver_warmup`), so a child costs a fork rather than a new interpreter.
 It starts clean, so this is safe even if the worker has initialised CUDA (plain fork is not).
 """
 
@@ -21,16 +21,16 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
+from hpo.reporting.notes import DashboardNotes
+from hpo.reporting.progress import TrialPrinter, report
+from hpo.runtime.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
+from hpo.runtime.child import GuardedObjective, run_one_trial, sampler_for_ticket
+from hpo.runtime.deadline import InProcessDeadline, TrialTimeout, timeout_verdict
+from hpo.runtime.forkserver import start_forkserver
+from hpo.runtime.reference_folders import reference_folder
 from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
-from hpo.study.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
-from hpo.study.child import GuardedObjective, run_one_trial, sampler_for_ticket
-from hpo.study.deadline import InProcessDeadline, TrialTimeout, timeout_verdict
-from hpo.study.notes import DashboardNotes
-from hpo.study.progress import TrialPrinter, report
-from hpo.study.reference_folders import reference_folder
-from hpo.study.trial_server import start_trial_server
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["ChildTrials", "InProcessTrials", "TrialsCannotStart", "crash_verdict", "reference_folder", "worker_name"]
@@ -56,7 +56,7 @@ def _name(folder: tempfile.TemporaryDirectory | None) -> str | None:
 
 class InProcessTrials:
     """Run each trial in this process. `study.trial_timeout_s` is enforced by SIGALRM, which ends
-    a Python-level hang but not one inside C code (see `hpo.study.deadline`)."""
+    a Python-level hang but not one inside C code (see `hpo.runtime.deadline`)."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.study.objective import Objective  # imports torch
@@ -126,7 +126,7 @@ class ChildTrials:
         self._notes: DashboardNotes | None = None
         self._notes_loading = threading.Thread(target=self._load_notes, name="hpo-load-notes", daemon=True)
         self._notes_loading.start()
-        self.context = start_trial_server(space, storage_url)
+        self.context = start_forkserver(space, storage_url)
 
     def _load_notes(self) -> None:
         self._notes = DashboardNotes()

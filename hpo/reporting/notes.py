@@ -19,11 +19,11 @@ from optuna.trial import FrozenTrial
 
 from hpo import deps
 from hpo.errors import UserInputError
+from hpo.reporting.knob_effects import knob_effects, markdown_table
+from hpo.reporting.observed import KNOB_NAMES, observed_knob
+from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.storage.urls import mask_password
-from hpo.study.knob_effects import knob_effects, markdown_table
-from hpo.study.observed import KNOB_NAMES, observed_knob
-from hpo.study.strategy import KEPT_ATTR, decision_note
 from hpo.verdicts import Verdict
 
 __all__ = ["STUDY_NOTE_EVERY", "DashboardNotes", "study_note", "study_note_due", "trial_note"]
