@@ -19,8 +19,9 @@ from optuna.trial import FrozenTrial
 
 from hpo import deps
 from hpo.errors import UserInputError
+from hpo.knobs.registry import KNOB_NAMES
 from hpo.reporting.knob_effects import knob_effects, markdown_table
-from hpo.reporting.observed import KNOB_NAMES, observed_knob
+from hpo.reporting.observed import observed_knob
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.storage.urls import mask_password

@@ -19,6 +19,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
+
 __all__ = [
     "FAILED_ATTR",
     "LOCK_ATTR",
@@ -36,7 +38,8 @@ LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, 
 FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
 # Two timings closer than this (relative) are a tie even if their repeats agree more closely.
 NOISE_FLOOR = 0.05
-REFERENCE = {"attention": "eager", "optimizer": "forloop", "grad_checkpointing": False, "compile": False}
+# The probes' reference knobs (fp32/eager/for-loop), less precision: combinations are ranked within one.
+REFERENCE = {k: v for k, v in REFERENCE_KNOBS.as_dict().items() if k != "precision"}
 
 
 @dataclass(frozen=True)
