@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 
 import optuna
 
@@ -46,19 +45,16 @@ class Objective:
     def __init__(
         self,
         space: SearchSpace,
-        on_start: Callable[[optuna.Trial], None] | None = None,
         launched_at: float | None = None,
         reference_dir: str | None = None,
     ):
-        self.space, self.on_start, self.launched_at = space, on_start, launched_at
+        self.space, self.launched_at = space, launched_at
         self.references = ReferenceFiles(reference_dir) if reference_dir is not None else None
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
         phases = Phases()
         if self.launched_at is not None:
             phases.add("start", time.time() - self.launched_at)
-        if self.on_start is not None:
-            self.on_start(trial)
         with phases("sample"):
             config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training)

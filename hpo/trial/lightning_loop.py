@@ -250,7 +250,6 @@ def _result(callback, module: torch.nn.Module, view: SimpleNamespace) -> TrainRe
         peak_mem_mb=view.memory.peak_mb,
         n_params=sum(p.numel() for p in module.parameters()),
         steps=callback.history[-1][0],
-        history=callback.history,
         train_s=callback.train_s,
         time_to_target_s=callback.reached,
     )

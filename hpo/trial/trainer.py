@@ -13,7 +13,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hpo.config.trial import TrainingConfig, TrialConfig
 from hpo.engine.assembly import AssembledModel
@@ -49,7 +49,6 @@ class TrainResult:
     peak_mem_mb: float
     n_params: int
     steps: int
-    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     train_s: float = 0.0  # training time as defined in README ("What counts as training time")
     time_to_target_s: float | None = None  # None: no target, or not reached within the limits
     fastest_step_ms: float | None = None  # the fastest steady step; None when none ran
@@ -154,7 +153,6 @@ def train(
         peak_mem_mb=assembled.memory.peak_mb,
         n_params=assembled.n_params,
         steps=step + 1,
-        history=history,
         train_s=train_s,
         time_to_target_s=reached,
         evidence_s=evidence_s,
