@@ -89,7 +89,7 @@ def cmd_worker(args) -> int:
     import sqlalchemy.exc
 
     from hpo.app.reuse import open_study
-    from hpo.runtime.trial_runners import TrialsCannotStart
+    from hpo.runtime.runners import TrialsCannotStart
     from hpo.runtime.workers import run_worker
 
     if not args.storage:

@@ -1,4 +1,4 @@
-"""The forkserver each worker forks its trial processes from (`hpo.runtime.trial_runners`).
+"""The forkserver each worker forks its trial processes from (`hpo.runtime.child_trials`).
 
 It imports torch and the trial stack once and warms up the study's workload
 (`hpo.runtime.forkserver_warmup`), so a trial process costs a fork rather than a new interpreter. This

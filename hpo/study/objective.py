@@ -40,7 +40,7 @@ from hpo.verify.compared import ReferenceFiles
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
     then records its process start as the `start` phase. `reference_dir` is the worker's folder of
-    the probes' reference steps (`hpo.runtime.trial_runners.reference_folder`), if it keeps one."""
+    the probes' reference steps (`hpo.runtime.reference_folders.reference_folder`), if it keeps one."""
 
     def __init__(
         self,

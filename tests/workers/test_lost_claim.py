@@ -74,7 +74,7 @@ import sys
 from hpo.storage.open import open_storage
 from hpo.runtime.budget import ClaimKeeper, tickets_of
 from hpo.study.create import open_hpo_study
-from hpo.runtime.trial_runners import ChildTrials
+from hpo.runtime.child_trials import ChildTrials
 
 study, space = open_hpo_study(open_storage(sys.argv[1]), sys.argv[2])
 tickets = tickets_of(study)

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from hpo.config.space import parse_space
 from hpo.runtime.budget import BindOnStart
 from hpo.runtime.child import GuardedObjective, sampler_for_ticket
-from hpo.runtime.trial_runners import crash_verdict
+from hpo.runtime.child_trials import crash_verdict
 from hpo.storage.retry import UNFINISHED
 
 
