@@ -1,5 +1,5 @@
-"""Reuse a study's results: the best trial(s) and a trial's exported config. Torch-free: `hpo best`
-and `hpo export` start in well under a second."""
+"""`hpo best` and `hpo export`: a study's best trial(s) and a trial's exported config. Torch-free:
+both commands start in well under a second."""
 
 from __future__ import annotations
 
