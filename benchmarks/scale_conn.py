@@ -20,10 +20,10 @@ import sqlalchemy as sa
 from benchmarks.scale import create_study, space
 from benchmarks.scale_db import DbTimer, fresh_database
 from hpo.records import TrialRecord
+from hpo.runtime.budget import tickets_of
+from hpo.runtime.quiet import quiet_optuna
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of
-from hpo.study.budget import tickets_of
-from hpo.study.quiet import quiet_optuna
 
 __all__ = ["run_connections"]
 

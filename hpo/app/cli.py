@@ -52,7 +52,7 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from hpo.config.space import load_space
-    from hpo.study.trial_server import start_early
+    from hpo.runtime.forkserver import start_early
 
     space = load_space(args.space)
     if args.workers is not None and args.workers < 0:
@@ -62,10 +62,10 @@ def cmd_run(args) -> int:
     if args.workers != 0:
         start_early(space, url, args.workers, isolate=not args.in_process)
     # Imported after that start: Optuna's imports then overlap the forkserver's.
-    from hpo.app.reuse import best_trials
+    from hpo.reporting.ranking import best_trials
+    from hpo.runtime.workers import run_workers
     from hpo.study.create import create_or_resume
     from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
-    from hpo.study.workers import run_workers
 
     needs = {r.name: r for r in sampler_requirements()}[space.study.sampler.name]
     if not needs.usable:  # checked before anything is stored: every trial would fail otherwise
@@ -98,9 +98,9 @@ def cmd_worker(args) -> int:
     import optuna
     import sqlalchemy.exc
 
-    from hpo.app.reuse import open_study
-    from hpo.study.trial_runners import TrialsCannotStart
-    from hpo.study.workers import run_worker
+    from hpo.app.best_and_export import open_study
+    from hpo.runtime.runners import TrialsCannotStart
+    from hpo.runtime.workers import run_worker
 
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")
@@ -140,8 +140,9 @@ def _probe_first(study, space, who: str) -> bool:
 
 
 def cmd_best(args) -> int:
+    from hpo.app.best_and_export import open_study
     from hpo.app.pick import fastest_within
-    from hpo.app.reuse import best_trials, open_study
+    from hpo.reporting.ranking import best_trials
 
     study = open_study(args.study, _storage(args, args.study))
     trials = [fastest_within(study, args.within)] if args.within is not None else best_trials(study)
@@ -164,8 +165,8 @@ def _show_trials(args, study, trials: list, what: str) -> None:
 
 
 def cmd_export(args) -> int:
+    from hpo.app.best_and_export import export_config, export_top, find_trial, open_study
     from hpo.app.pick import fastest_within
-    from hpo.app.reuse import export_config, export_top, find_trial, open_study
 
     if args.as_format == "yaml" and args.output is None:
         raise UserInputError("-o FILE.yaml (or a folder with --top) is required")
@@ -190,9 +191,9 @@ def cmd_export(args) -> int:
 
 
 def _export_as(args, study) -> int:
+    from hpo.app.best_and_export import find_trial
     from hpo.app.export_as import export_as
     from hpo.app.pick import fastest_within
-    from hpo.app.reuse import find_trial
 
     if args.top is not None:
         raise UserInputError(f"--top exports hpo configs; --as {args.as_format} writes one trial (--trial N or --within PCT)")
@@ -267,7 +268,7 @@ def cmd_doctor(args) -> int:
 
     report = capability_report(device_from_flag(args.device))
     if args.study:
-        from hpo.app.reuse import open_study
+        from hpo.app.best_and_export import open_study
 
         report["verdicts"] = verdict_rows(open_study(args.study, _storage(args, args.study)))
     print(dumps(report, indent=2) if args.format == "json" else format_report(report))
@@ -282,8 +283,8 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from hpo.app.best_and_export import open_study
     from hpo.app.report import write_report
-    from hpo.app.reuse import open_study
 
     output = _output_file(args.output)
     write_report(open_study(args.study, _storage(args, args.study)), output)

@@ -15,12 +15,11 @@ from typing import Any
 import optuna
 
 from hpo.errors import UserInputError
-from hpo.knobs.registry import ATTENTION_SPECS, PRECISION_SPECS
+from hpo.knobs.registry import ATTENTION_SPECS, KNOB_NAMES, PRECISION_SPECS
 
 __all__ = ["FORMATS", "Winner", "export_as", "hf_arguments", "lightning_arguments", "python_snippet", "winner_of"]
 
 FORMATS = ("hf", "lightning", "python")
-KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
 # hpo attention value -> transformers attn_implementation (SDPA kernels are pinned around the step).
 HF_ATTN = {"eager": "eager", "flash_attn": "flash_attention_2", **{n: "sdpa" for n in ATTENTION_SPECS if n.startswith("sdpa")}}
 
@@ -60,7 +59,7 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
     """The trial's observed knobs and hyperparameters; one line when its evidence is missing."""
     attrs = trial.user_attrs
     observed, config = attrs.get("knobs_observed") or {}, attrs.get("config") or {}
-    missing = [k for k in KNOBS if observed.get(k) is None]
+    missing = [k for k in KNOB_NAMES if observed.get(k) is None]
     if not config or missing:
         raise UserInputError(
             f"trial {trial.number}: no evidence for {missing or 'its config'} (knobs_observed: {observed or None}); "
@@ -257,7 +256,7 @@ def python_snippet(w: Winner) -> str:
 
 
 def _knobs_line(w: Winner) -> str:
-    return ", ".join(f"{k}={getattr(w, k)}" for k in KNOBS)
+    return ", ".join(f"{k}={getattr(w, k)}" for k in KNOB_NAMES)
 
 
 def export_as(trial: optuna.trial.FrozenTrial, fmt: str, output: Path | None) -> list[Path] | str:

@@ -14,8 +14,9 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from hpo.errors import UserInputError
-from hpo.study.observed import KNOB_NAMES, observed_knob
-from hpo.study.ranking import trained_trials
+from hpo.knobs.registry import KNOB_NAMES
+from hpo.reporting.observed import observed_knob
+from hpo.reporting.ranking import trained_trials
 
 __all__ = ["fastest_within", "front_table", "trained_trials"]
 

@@ -28,9 +28,11 @@ from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.step import run_step
 from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
+from hpo.knobs.registry import KNOB_NAMES
+from hpo.reporting.notes import DashboardNotes
+from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import add_study_user_attr
-from hpo.study.notes import DashboardNotes
-from hpo.study.strategy import FAILED_ATTR, KEPT_ATTR, LOCK_ATTR, Timing, decision_note, kept_of, rank_precision, rejected_lines
+from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, Timing, kept_of, rank_precision, rejected_lines
 from hpo.verify.cache import StudyVerdicts
 from hpo.verify.speed import fastest_step_ms
 from hpo.workloads.registry import create_workload
@@ -150,7 +152,7 @@ def _contenders(group: list[SweepRow]) -> list[SweepRow]:
 
 
 def _key(knobs: dict) -> str:
-    return "/".join(str(knobs[k]) for k in ("precision", "attention", "optimizer", "grad_checkpointing", "compile"))
+    return "/".join(str(knobs[k]) for k in KNOB_NAMES)
 
 
 def _ranking_line(precision: str, ranked) -> dict:

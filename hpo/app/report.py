@@ -17,10 +17,11 @@ import yaml
 
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
+from hpo.knobs.registry import KNOB_NAMES
+from hpo.reporting.knob_effects import cells, header, knob_effects
+from hpo.reporting.observed import observed_knob
+from hpo.reporting.ranking import best_trials, trained_trials
 from hpo.storage.urls import mask_password
-from hpo.study.knob_effects import cells, header, knob_effects
-from hpo.study.observed import KNOB_NAMES, observed_knob
-from hpo.study.ranking import trained_trials
 from hpo.verdicts import Verdict
 
 __all__ = ["write_report"]
@@ -110,19 +111,13 @@ def _table(head, rows: list[str]) -> str:
 
 
 def _best_html(study: optuna.Study) -> str:
-    trained = trained_trials(study)
-    if not trained:
+    try:
+        best = best_trials(study)[0]  # the trial `hpo best` shows first
+    except UserInputError:
         return "<p>No trial has trained normally yet.</p>"
-    numbers = {t.number for t in trained}
-    front = [t for t in study.best_trials if t.number in numbers] if len(study.directions) > 1 else []
-    best = front[0] if front else min(trained, key=lambda t: t.values[0] * (1 if _minimizes(study) else -1))
     config = yaml.safe_dump(best.user_attrs.get("config", {}), sort_keys=False)
     command = f"hpo export --study {study.study_name} --trial {best.number} -o best.yaml && hpo train best.yaml"
     return f"<p>Trial {best.number}. Retrain it with:</p><pre>{html.escape(command)}</pre><pre>{html.escape(config)}</pre>"
-
-
-def _minimizes(study: optuna.Study) -> bool:
-    return study.directions[0] == optuna.study.StudyDirection.MINIMIZE
 
 
 def _trial_rows(study: optuna.Study) -> str:

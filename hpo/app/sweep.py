@@ -23,6 +23,7 @@ from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import error_verdict, short_traceback
 from hpo.hardware.runtime import resolve_device, trial_runtime
+from hpo.knobs.registry import KNOB_NAMES
 from hpo.logging import get_logger
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of
@@ -208,7 +209,7 @@ def table(rows: list[SweepRow]) -> str:
         "verdict",
     ]
     body = [
-        [str(r.knobs[k]) for k in ("precision", "attention", "optimizer", "grad_checkpointing", "compile")]
+        [str(r.knobs[k]) for k in KNOB_NAMES]
         + [_fmt(r.samples_per_s, "{:.1f}"), _fmt(r.slowdown, "{:.2f}"), _fmt(r.peak_mem_mb, "{:.0f}")]
         + [_fmt(r.loss_rel_err, "{:.1e}"), _fmt(r.grad_rel_err, "{:.1e}"), r.verdict[:70]]
         for r in rows

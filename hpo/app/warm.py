@@ -10,7 +10,7 @@ __all__ = ["enqueue_from_study"]
 
 def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
     """`hpo enqueue --study B --from-study A`: A's best configurations become B's first trials."""
-    from hpo.app.reuse import open_study
+    from hpo.app.best_and_export import open_study
     from hpo.config.space import load_space
     from hpo.storage.open import open_storage
     from hpo.study.create import create_or_resume, open_hpo_study, space_of

@@ -46,7 +46,7 @@ class StudySpec(_Strict):
     max_retries: int = Field(default=2, ge=0)
     # Seconds a trial may run (from its start to its end) before its worker ends its process; the
     # trial then ends FAIL with a `timeout: ...` verdict and is retried under max_retries. With
-    # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.study.deadline).
+    # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.runtime.deadline).
     trial_timeout_s: float | None = Field(default=None, gt=0)
     # joint: the sampler searches the hyperparameters and the knobs together. probe_first: the study
     # starts with `hpo probe`'s sweep; the knobs that do not change the arithmetic are fixed to the

@@ -4,8 +4,6 @@ pruner, and a guard that a resumed study still has the space it was created with
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 
 import optuna
 import sqlalchemy as sa
@@ -13,6 +11,7 @@ import sqlalchemy as sa
 from hpo.config.schema import SamplerSpec
 from hpo.config.space import SearchSpace, parse_space
 from hpo.errors import UserInputError
+from hpo.logging import get_logger
 from hpo.storage.open import load_study_or_none, open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of
 from hpo.storage.retry import MAX_RETRIES_ATTR
@@ -20,6 +19,8 @@ from hpo.storage.tickets import BUDGET, TicketBudget
 from hpo.study.avoid import AvoidKnownFailures
 from hpo.study.edits import fixed_changes, setting_changes
 from hpo.study.samplers import PRUNERS, SAMPLERS
+
+_log = get_logger(__name__)
 
 SPACE_ATTR = "hpo:space"
 SPACE_FILE_ATTR = "hpo:space_file"
@@ -31,10 +32,9 @@ def create_or_resume(
     storage_url: str,
     study_name: str | None = None,
     n_trials: int | None = None,
-    say: Callable[[str], None] | None = None,
 ) -> optuna.Study:
     """Create the study (once, before any worker starts), or resume it: its space must be unchanged,
-    and each edited setting is applied and told to `say` in one line (default: stderr)."""
+    and each edited setting is applied and logged in one line."""
     spec = space.study
     name = study_name or spec.name
     if n_trials is not None and n_trials < 1:
@@ -43,7 +43,7 @@ def create_or_resume(
     storage = open_storage(storage_url, create=True)
     existing = load_study_or_none(storage, name)
     if existing is not None:
-        return _resume(existing, space, fingerprint, n_trials, say or _to_stderr)
+        return _resume(existing, space, fingerprint, n_trials)
     study = optuna.create_study(
         study_name=name,
         storage=storage,
@@ -60,11 +60,7 @@ def create_or_resume(
     return study
 
 
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def _resume(existing: optuna.Study, space: SearchSpace, fingerprint: dict, n_trials: int | None, say) -> optuna.Study:
+def _resume(existing: optuna.Study, space: SearchSpace, fingerprint: dict, n_trials: int | None) -> optuna.Study:
     """Every check before any write, so a refusal (exit 2) leaves the study as it was."""
     name, source = existing.study_name, space.source
     stored = _check_same_space(existing, fingerprint, space)
@@ -72,15 +68,15 @@ def _resume(existing: optuna.Study, space: SearchSpace, fingerprint: dict, n_tri
     tickets = _tickets(storage_of(existing), name)
     budget = _new_budget(tickets, n_trials, stored.study.n_trials, space.study.n_trials, name)
     study = load_study(storage_of(existing), name, space)
-    told = budget is not None and _apply_budget(study, tickets, budget, name, say)
+    told = budget is not None and _apply_budget(study, tickets, budget, name)
     if changes:
         study.set_user_attr(SPACE_FILE_ATTR, space.raw)  # what every worker and trial reads from now on
         study.set_user_attr(MAX_RETRIES_ATTR, space.study.max_retries)
     for change in changes:
         if change.key != "study.n_trials":
-            say(f"study {name!r}: {change} (edited in {source}; applied to workers and trials that start from now on)")
+            _log.info(f"study {name!r}: {change} (edited in {source}; applied to workers and trials that start from now on)")
         elif not told:
-            say(f"study {name!r}: {change} (edited in {source}; the trial budget already is {tickets.state()[1]})")
+            _log.info(f"study {name!r}: {change} (edited in {source}; the trial budget already is {tickets.state()[1]})")
     return study
 
 
@@ -100,8 +96,8 @@ def _new_budget(tickets: TicketBudget, flag: int | None, stored_n: int, file_n: 
     return wanted
 
 
-def _apply_budget(study: optuna.Study, tickets: TicketBudget, wanted: int, name: str, say) -> bool:
-    """Set the budget to `wanted`; whether it changed (and was said)."""
+def _apply_budget(study: optuna.Study, tickets: TicketBudget, wanted: int, name: str) -> bool:
+    """Set the budget to `wanted`; whether it changed (and was logged)."""
     claimed, budget = tickets.state()
     if wanted == budget:
         return False
@@ -110,7 +106,7 @@ def _apply_budget(study: optuna.Study, tickets: TicketBudget, wanted: int, name:
         claimed = tickets.state()[0]
         raise UserInputError(f"n_trials {wanted}: study {name!r} has now claimed {claimed} trials; ask for {claimed} or more")
     study.set_user_attr(N_TRIALS_ATTR, wanted)
-    say(f"study {name!r}: n_trials: {budget} -> {wanted} (the trial budget; {claimed} claimed so far)")
+    _log.info(f"study {name!r}: n_trials: {budget} -> {wanted} (the trial budget; {claimed} claimed so far)")
     return True
 
 

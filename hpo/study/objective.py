@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 
 import optuna
 
@@ -29,8 +28,8 @@ from hpo.config.space import SearchSpace
 from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner, TrialError
 from hpo.records import RecordKey
+from hpo.reporting.progress import eval_line
 from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
-from hpo.study.progress import eval_line
 from hpo.study.suggest import suggest_config
 from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
@@ -42,24 +41,21 @@ from hpo.verify.compared import ReferenceFiles
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
     then records its process start as the `start` phase. `reference_dir` is the worker's folder of
-    the probes' reference steps (`hpo.study.trial_runners.reference_folder`), if it keeps one."""
+    the probes' reference steps (`hpo.runtime.reference_folders.reference_folder`), if it keeps one."""
 
     def __init__(
         self,
         space: SearchSpace,
-        on_start: Callable[[optuna.Trial], None] | None = None,
         launched_at: float | None = None,
         reference_dir: str | None = None,
     ):
-        self.space, self.on_start, self.launched_at = space, on_start, launched_at
+        self.space, self.launched_at = space, launched_at
         self.references = ReferenceFiles(reference_dir) if reference_dir is not None else None
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
         phases = Phases()
         if self.launched_at is not None:
             phases.add("start", time.time() - self.launched_at)
-        if self.on_start is not None:
-            self.on_start(trial)
         with phases("sample"):
             config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training)

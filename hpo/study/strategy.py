@@ -10,8 +10,8 @@ no compile). The `keep_fastest` first of each precision are kept; the sampler th
 hyperparameters, the precision among those kept, and (when more than one is kept for a precision)
 which of them (`suggest_kept`).
 
-The result is stored in the study (`KEPT_ATTR`), so every worker and every trial process reads the
-same decision; `LOCK_ATTR`, written insert-if-absent, makes one worker the one that sweeps.
+The result is stored in the study (`hpo.reporting.sweep_decision.KEPT_ATTR`, where its note is
+written too), so every worker and every trial process reads the same decision; `LOCK_ATTR`, written insert-if-absent, makes one worker the one that sweeps.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
+
 __all__ = [
     "FAILED_ATTR",
-    "KEPT_ATTR",
     "LOCK_ATTR",
     "NOISE_FLOOR",
     "REFERENCE",
     "Ranked",
     "Timing",
-    "decision_note",
     "kept_of",
     "rank_precision",
     "rejected_lines",
@@ -36,10 +36,10 @@ __all__ = [
 
 LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, who runs the sweep
 FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
-KEPT_ATTR = "hpo:probe_first"  # {"kept": [...], "table": str, "notes": [...]}: the decision
 # Two timings closer than this (relative) are a tie even if their repeats agree more closely.
 NOISE_FLOOR = 0.05
-REFERENCE = {"attention": "eager", "optimizer": "forloop", "grad_checkpointing": False, "compile": False}
+# The probes' reference knobs (fp32/eager/for-loop), less precision: combinations are ranked within one.
+REFERENCE = {k: v for k, v in REFERENCE_KNOBS.as_dict().items() if k != "precision"}
 
 
 @dataclass(frozen=True)
@@ -121,27 +121,3 @@ def suggest_kept(trial, kept: list[dict]) -> dict:
         return mine[0]
     rank = trial.suggest_categorical(f"kept_rank_{precision}", [k["rank"] for k in mine])
     return next(k for k in mine if k["rank"] == rank)
-
-
-def decision_note(decided: dict) -> str:
-    """The study's note: the sweep's table, the ranking it was decided from, and what was kept."""
-    lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
-    lines += [
-        f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
-        f"timed again: {decided['repeats']} repeats interleaved across them, the fastest of {decided['steps']} steps "
-        f"each ({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
-        "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
-        "",
-        "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | kept |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in decided["ranking"]:
-        k, kept = r["knobs"], "yes" if r["rank"] <= decided["keep_fastest"] else ""
-        tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
-        lines.append(
-            f"| {r['precision']} | {r['rank']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
-            f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {kept}{tie} |"
-        )
-    if decided["rejected"]:
-        lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
-    return "\n".join(lines)

@@ -9,7 +9,8 @@ from hpo.config.resolve import build_config
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.records import RecordKey
-from hpo.study.strategy import KEPT_ATTR, suggest_kept
+from hpo.reporting.sweep_decision import KEPT_ATTR
+from hpo.study.strategy import suggest_kept
 
 # Set on each trial of a `probe_first` study: its knobs came from the sweep, at this rank within
 # their precision (hpo.study.strategy).

@@ -16,7 +16,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from hpo.config.params import Choices, FloatRange, IntRange, ParamSpec
 from hpo.config.space import SearchSpace
 from hpo.records import RecordKey
-from hpo.study.ranking import top_trials
+from hpo.reporting.ranking import top_trials
 
 __all__ = ["WarmStart", "searched_distributions", "warm_start"]
 

@@ -7,7 +7,7 @@ samples, never on the trial's knobs. So a probe of a second knob combination nee
 reference and run its step again: it reads them from the `ReferenceFiles` of its worker, written by
 the first probe.
 
-They are files, not memory: each trial runs in its own process (`hpo.study.trial_runners`), and a
+They are files, not memory: each trial runs in its own process (`hpo.runtime.child_trials`), and a
 trial's resident set is its recorded peak memory. The trial memory-maps them, reads them once in
 the comparison and drops them when the probe ends.
 

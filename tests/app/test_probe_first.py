@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from hpo.errors import ExitCode
+from hpo.reporting.sweep_decision import KEPT_ATTR
 from hpo.storage.optuna_compat import storage_of, study_id_of
-from hpo.study.strategy import KEPT_ATTR, LOCK_ATTR
+from hpo.study.strategy import LOCK_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {

@@ -81,7 +81,7 @@ def test_a_storage_whose_server_refuses_exits_3(tmp_path):
 
 def test_a_storage_that_fails_during_a_command_exits_3_in_one_line(tmp_path):
     fault = (
-        "import sqlalchemy.exc, hpo.app.reuse as r; "
+        "import sqlalchemy.exc, hpo.app.best_and_export as r; "
         "r.open_study = lambda *a: (_ for _ in ()).throw(sqlalchemy.exc.OperationalError("
         "'SELECT 1', {}, Exception('server closed the connection unexpectedly')))"
     )

@@ -164,7 +164,7 @@ def test_hpo_validate_and_train_read_a_format_1_export_as_its_format_2_twin(tmp_
 
 
 def test_a_trial_that_recorded_format_1_exports_as_format_2():
-    from hpo.app.reuse import exported_config
+    from hpo.app.best_and_export import exported_config
 
     recorded = yaml.safe_load(FORMAT_1.read_text())
     trial = optuna.trial.create_trial(value=1.0, user_attrs={"config": recorded, "verdict": "ok"})

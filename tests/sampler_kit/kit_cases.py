@@ -10,8 +10,8 @@ import pytest
 from optuna.testing.pytest_samplers import BasicSamplerTestCase, MultiObjectiveSamplerTestCase, RelativeSamplerTestCase
 
 from hpo.config.schema import SamplerSpec
+from hpo.runtime.budget import BindOnStart
 from hpo.study.avoid import AvoidKnownFailures
-from hpo.study.budget import BindOnStart
 from hpo.study.samplers import SAMPLERS
 
 VARIANTS = {

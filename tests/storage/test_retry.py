@@ -11,10 +11,10 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from hpo.config.space import load_space
+from hpo.runtime.budget import recover, tickets_of
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of, trial_id_of
 from hpo.storage.retry import fail_crashed_trial
-from hpo.study.budget import recover, tickets_of
 from hpo.study.create import create_or_resume
 
 SPACE = {

@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from hpo.config.space import parse_space
+from hpo.runtime.workers import run_worker
 from hpo.study.create import create_or_resume
-from hpo.study.workers import run_worker
 
 SPACE = {
     "study": {

@@ -10,8 +10,8 @@ from optuna.trial import TrialState
 
 from hpo.config.schema import PrunerName, SamplerName
 from hpo.config.space import parse_space
+from hpo.runtime.workers import run_worker
 from hpo.study.create import create_or_resume
-from hpo.study.workers import run_worker
 
 SAMPLER_NAMES = list(SamplerName.__args__)
 PRUNER_NAMES = list(PrunerName.__args__)

@@ -13,7 +13,8 @@ from hpo.app import probe_first
 from hpo.app.sweep import SweepRow
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.study.strategy import Timing, decision_note, rank_precision, rejected_lines, suggest_kept
+from hpo.reporting.sweep_decision import decision_note
+from hpo.study.strategy import Timing, rank_precision, rejected_lines, suggest_kept
 
 SPACE = {
     "study": {"name": "pf", "strategy": "probe_first", "keep_fastest": 2},
@@ -189,7 +190,8 @@ def test_a_worker_that_finds_the_sweep_under_way_waits_for_its_result_and_never_
     import socket
     import threading
 
-    from hpo.study.strategy import KEPT_ATTR, LOCK_ATTR
+    from hpo.reporting.sweep_decision import KEPT_ATTR
+    from hpo.study.strategy import LOCK_ATTR
 
     study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[])
     study.set_user_attr(f"{LOCK_ATTR}:0", {"host": socket.gethostname(), "pid": os.getpid(), "at": 0})  # alive

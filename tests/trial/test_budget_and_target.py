@@ -19,8 +19,8 @@ from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.records import check_trial_attrs
+from hpo.runtime.workers import run_worker
 from hpo.study.create import create_or_resume
-from hpo.study.workers import run_worker
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts
 

@@ -13,8 +13,8 @@ import yaml
 from optuna.trial import TrialState
 
 from hpo.config.space import load_space
+from hpo.runtime.budget import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
 from hpo.storage.open import open_storage
-from hpo.study.budget import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
 from hpo.study.create import create_or_resume
 from worker_harness import ROOT, STUDY, create_study, hpo_env, space_file, tickets, trials
 
@@ -72,9 +72,9 @@ def test_a_waiting_retry_taken_on_a_reaped_claim_goes_back_to_the_queue(study):
 CHILD_ON_A_REAPED_CLAIM = """
 import sys
 from hpo.storage.open import open_storage
-from hpo.study.budget import ClaimKeeper, tickets_of
+from hpo.runtime.budget import ClaimKeeper, tickets_of
 from hpo.study.create import open_hpo_study
-from hpo.study.trial_runners import ChildTrials
+from hpo.runtime.child_trials import ChildTrials
 
 study, space = open_hpo_study(open_storage(sys.argv[1]), sys.argv[2])
 tickets = tickets_of(study)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from hpo.config.space import parse_space
-from hpo.study.trial_runners import reference_folder
+from hpo.runtime.reference_folders import reference_folder
 from worker_harness import hpo, hpo_env, space_file, trials
 
 

@@ -10,10 +10,10 @@ import pytest
 from optuna.trial import TrialState
 
 from hpo.config.space import parse_space
+from hpo.runtime.budget import BindOnStart
+from hpo.runtime.child import GuardedObjective, sampler_for_ticket
+from hpo.runtime.child_trials import crash_verdict
 from hpo.storage.retry import UNFINISHED
-from hpo.study.budget import BindOnStart
-from hpo.study.child import GuardedObjective, sampler_for_ticket
-from hpo.study.trial_runners import crash_verdict
 
 
 def _run(objective) -> optuna.trial.FrozenTrial:

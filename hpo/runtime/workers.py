@@ -1,5 +1,5 @@
 """Workers: loops that claim tickets from the study's budget and run one trial per ticket, each
-in a fresh forkserver child by default (`hpo.study.trial_runners`), so a crash, a leak or a poisoned
+in a fresh forkserver child by default (`hpo.runtime.child_trials`), so a crash, a leak or a poisoned
 CUDA context cannot touch later trials."""
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ import time
 import optuna
 
 from hpo.logging import get_logger
+from hpo.reporting.progress import MODE_ENV, make_display, set_sink
+from hpo.runtime.budget import ClaimKeeper, has_running, recover, require_budget
+from hpo.runtime.child import die_with_parent
+from hpo.runtime.child_trials import ChildTrials
+from hpo.runtime.in_process_trials import InProcessTrials
+from hpo.runtime.placement import default_workers, visible_gpus
+from hpo.runtime.quiet import quiet_optuna
+from hpo.runtime.reference_folders import remove_orphaned_folders
+from hpo.runtime.runners import TrialsCannotStart
 from hpo.storage.optuna_compat import liveness, storage_of
-from hpo.study.budget import ClaimKeeper, has_running, recover, require_budget
-from hpo.study.child import die_with_parent
 from hpo.study.create import open_hpo_study
-from hpo.study.placement import default_workers, visible_gpus
-from hpo.study.progress import MODE_ENV, make_display, set_sink
-from hpo.study.quiet import quiet_optuna
-from hpo.study.reference_folders import remove_orphaned_folders
-from hpo.study.trial_runners import ChildTrials, InProcessTrials, TrialsCannotStart
 
 _log = get_logger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hpo.config.space import SearchSpace
 
-__all__ = ["PREFIX", "reference_folder", "remove_orphaned_folders"]
+__all__ = ["PREFIX", "folder_path", "reference_folder", "remove_folder", "remove_orphaned_folders"]
 
 PREFIX = "hpo-reference-"
 
@@ -26,6 +26,15 @@ def reference_folder(space: SearchSpace) -> tempfile.TemporaryDirectory | None:
     if all(len(choices) == 1 for choices in space.systems.values()):
         return None
     return tempfile.TemporaryDirectory(prefix=f"{PREFIX}{socket.gethostname()}-{os.getpid()}-")
+
+
+def folder_path(folder: tempfile.TemporaryDirectory | None) -> str | None:
+    return None if folder is None else folder.name
+
+
+def remove_folder(folder: tempfile.TemporaryDirectory | None) -> None:
+    if folder is not None:
+        folder.cleanup()
 
 
 def remove_orphaned_folders(folder: str | os.PathLike | None = None) -> list[Path]:

@@ -11,7 +11,6 @@ trial, but only when `study_note_due`, which keeps its cost per trial flat as th
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 
 import optuna
@@ -19,14 +18,18 @@ from optuna.trial import FrozenTrial
 
 from hpo import deps
 from hpo.errors import UserInputError
+from hpo.knobs.registry import KNOB_NAMES
+from hpo.logging import get_logger
+from hpo.reporting.knob_effects import knob_effects, markdown_table
+from hpo.reporting.observed import observed_knob
+from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.storage.urls import mask_password
-from hpo.study.knob_effects import knob_effects, markdown_table
-from hpo.study.observed import KNOB_NAMES, observed_knob
-from hpo.study.strategy import KEPT_ATTR, decision_note
 from hpo.verdicts import Verdict
 
 __all__ = ["STUDY_NOTE_EVERY", "DashboardNotes", "study_note", "study_note_due", "trial_note"]
+
+_log = get_logger(__name__)
 
 # The study note is rewritten after trial 10, 20, ..., 100, then every 100 trials up to 1,000, every
 # 1,000 up to 10,000, and so on (and once by each worker as it finishes). One update reads every
@@ -97,7 +100,7 @@ class DashboardNotes:
     """Optuna callback writing the notes. Without optuna-dashboard installed it writes none.
 
     Notes are best-effort: an error while writing one (the database is briefly unreachable, a
-    lock times out) is reported once on stderr and the note is skipped; it never ends a worker."""
+    lock times out) is logged once as a warning and the note is skipped; it never ends a worker."""
 
     def __init__(self, due: Callable[[int], bool] = study_note_due):
         self.due = due
@@ -128,11 +131,9 @@ class DashboardNotes:
             if not self._warned:
                 self._warned = True
                 first = mask_password((str(exc).splitlines() or [""])[0][:200])
-                print(
-                    f"hpo: warning: a dashboard note could not be written ({type(exc).__name__}: {first}); "
-                    "the study goes on, some notes may be missing (this warning is shown once)",
-                    file=sys.stderr,
-                    flush=True,
+                _log.warning(
+                    f"a dashboard note could not be written ({type(exc).__name__}: {first}); "
+                    "the study goes on, some notes may be missing (this warning is shown once)"
                 )
 
 

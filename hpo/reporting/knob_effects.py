@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo.knobs.registry import KNOB_NAMES
 from hpo.verdicts import Verdict
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 
 __all__ = ["BASELINES", "KnobEffect", "cells", "header", "knob_effects", "markdown_table"]
 
-KNOBS = ("precision", "attention", "optimizer", "grad_checkpointing", "compile")
-BASELINES = {"precision": "fp32", "attention": "eager", "optimizer": "forloop", "grad_checkpointing": False, "compile": False}
+BASELINES = REFERENCE_KNOBS.as_dict()  # the knobs every probe compares a trial with
 
 
 @dataclass
@@ -57,7 +58,7 @@ def knob_effects(trials: list[FrozenTrial]) -> list[KnobEffect]:
     """One row per value of every knob that took more than one value in `trials`. Linear in the
     number of trials: the study note recomputes it as the study grows to thousands."""
     rows, peers = [], _Peers([t for t in trials if _trained(t)])
-    for knob in KNOBS:
+    for knob in KNOB_NAMES:
         values = Counter(_knobs(t).get(knob) for t in trials if knob in _knobs(t))
         if len(values) < 2:
             continue

@@ -24,14 +24,14 @@ from hpo.config.space import SearchSpace
 from hpo.errors import TrialError, error_verdict, short_traceback
 from hpo.logging import get_logger
 from hpo.records import RecordKey
+from hpo.reporting.progress import TrialPrinter, set_sink
+from hpo.runtime.budget import BindOnStart, ClaimLost, StartHeartbeat, bind_ticket, tickets_of
+from hpo.runtime.quiet import quiet_optuna
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
 from hpo.storage.retry import UNFINISHED, RetryWithRefund
 from hpo.storage.urls import mask_password
-from hpo.study.budget import BindOnStart, ClaimLost, StartHeartbeat, bind_ticket, tickets_of
 from hpo.study.create import build_sampler, open_hpo_study
-from hpo.study.progress import TrialPrinter, set_sink
-from hpo.study.quiet import quiet_optuna
 
 _log = get_logger(__name__)
 

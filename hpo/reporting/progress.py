@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial
 
-from hpo.study.observed import KNOB_NAMES, observed_knobs
+from hpo.knobs.registry import KNOB_NAMES
+from hpo.reporting.observed import observed_knobs
 from hpo.verdicts import Verdict
 
 __all__ = ["EvalEvent", "TrialEvent", "TrialPrinter", "eval_line", "make_display", "report", "set_sink"]

@@ -1,7 +1,7 @@
-"""The forkserver each worker forks its trial processes from (`hpo.study.trial_runners`).
+"""The forkserver each worker forks its trial processes from (`hpo.runtime.child_trials`).
 
 It imports torch and the trial stack once and warms up the study's workload
-(`hpo.study.forkserver_warmup`), so a trial process costs a fork rather than a new interpreter. This
+(`hpo.runtime.forkserver_warmup`), so a trial process costs a fork rather than a new interpreter. This
 module imports neither torch nor Optuna: `hpo run` starts the forkserver before it imports them.
 """
 
@@ -16,13 +16,13 @@ import sqlalchemy.engine
 import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
+from hpo.runtime.forkserver_warmup import WARMUP_ENV, warmup_env
+from hpo.runtime.placement import default_workers
 from hpo.storage.pools import share_connection_with_children
-from hpo.study.forkserver_warmup import WARMUP_ENV, warmup_env
-from hpo.study.placement import default_workers
 from hpo.torch_compat import PRELOADED_TORCH_MODULES
 from hpo.workloads.registry import BUILTIN_WORKLOADS
 
-__all__ = ["PRELOAD", "start_early", "start_trial_server"]
+__all__ = ["PRELOAD", "start_early", "start_forkserver"]
 
 # Imported once in the forkserver rather than in every trial process: torch and torch._dynamo (the
 # optimizers and the profiler import it lazily: about 1 s a child otherwise), what opening an Optuna
@@ -35,17 +35,17 @@ PRELOAD = [
     "optuna.storages._rdb.models",
     "alembic.migration",
     "sqlalchemy.orm",
-    "hpo.study.child",
+    "hpo.runtime.child",
     "hpo.study.objective",  # the trial stack; the worker itself never imports torch
 ]
 
 
-def start_trial_server(space: SearchSpace, storage_url: str) -> multiprocessing.context.BaseContext:
+def start_forkserver(space: SearchSpace, storage_url: str) -> multiprocessing.context.BaseContext:
     """Start this process's forkserver, preloaded and warmed up for the study's workload, and
     return its context. The warm-up runs in the forkserver while this process goes on; a forkserver
     already running is kept, with its warm-up."""
     context = multiprocessing.get_context("forkserver")
-    warmup = "hpo.study.forkserver_warmup"  # last: it uses what the others import
+    warmup = "hpo.runtime.forkserver_warmup"  # last: it uses what the others import
     context.set_forkserver_preload([*PRELOAD, _workload_module(space), *_driver_modules(storage_url), warmup])
     # The worker and its trial processes (forked from the forkserver) hold one connection between them.
     share_connection_with_children()
@@ -62,7 +62,7 @@ def start_early(space: SearchSpace, storage_url: str, workers: int | None, isola
     """Start the forkserver now when `run_workers` with these arguments will run the trials in
     this process: its imports and warm-up (about 4 s) then overlap the study's creation."""
     if isolate and (workers or default_workers()) == 1:
-        start_trial_server(space, storage_url)
+        start_forkserver(space, storage_url)
 
 
 def _driver_modules(storage_url: str) -> list[str]:

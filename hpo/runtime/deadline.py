@@ -2,7 +2,7 @@
 and recorded as `timeout: ...` (FAIL, retried under `study.max_retries` like a crashed trial).
 
 In a trial process (the default) its worker kills the process and everything it started, whatever
-the trial is doing (`hpo.study.trial_runners.ChildTrials`). In-process (`--in-process`) there is no
+the trial is doing (`hpo.runtime.child_trials.ChildTrials`). In-process (`--in-process`) there is no
 process to kill: `InProcessDeadline` raises `TrialTimeout` in the main thread from SIGALRM. That
 stops a Python-level hang (a loop, a sleep, a blocked read that Python retries), but not a hang
 inside C code that never returns to the interpreter (a deadlocked CUDA kernel or collective): only a

@@ -1,5 +1,5 @@
-"""Reuse a study's results: the best trial(s) and a trial's exported config. Torch-free: `hpo best`
-and `hpo export` start in well under a second."""
+"""`hpo best` and `hpo export`: a study's best trial(s) and a trial's exported config. Torch-free:
+both commands start in well under a second."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hpo.config import legacy
 from hpo.config.objectives import metric_direction
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
+from hpo.reporting.ranking import best_trials, top_trials
 from hpo.storage.open import load_study_or_none, open_storage
-from hpo.study.ranking import best_trials, top_trials
 from hpo.workloads.registry import metrics_of
 
 

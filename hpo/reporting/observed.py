@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hpo.knobs.values import KNOB_NAMES
+from hpo.knobs.registry import KNOB_NAMES
 
-__all__ = ["KNOB_NAMES", "NOT_OBSERVED", "observed_knob", "observed_knobs"]
+__all__ = ["NOT_OBSERVED", "observed_knob", "observed_knobs"]
 
 NOT_OBSERVED = "not observed"
 

@@ -1,18 +1,15 @@
-"""How a worker runs one trial: in its own process (`InProcessTrials`), or in a fresh child of a
-forkserver (`ChildTrials`, the default) whose death is recorded on the trial and retried.
+"""Run each trial in a fresh child of a forkserver (`ChildTrials`, the default), whose death is
+recorded on the trial and retried.
 
 The forkserver has already imported torch and the trial stack, loaded the study's data and built its
-model once (`hpo.study.forkserver_warmup`), so a child costs a fork rather than a new interpreter.
+model once (`hpo.runtime.forkserver_warmup`), so a child costs a fork rather than a new interpreter.
 It starts clean, so this is safe even if the worker has initialised CUDA (plain fork is not).
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
-import socket
-import tempfile
 import threading
 import time
 
@@ -21,91 +18,26 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
+from hpo.reporting.notes import DashboardNotes
+from hpo.reporting.progress import report
+from hpo.runtime.budget import ClaimKeeper, recover
+from hpo.runtime.child import run_one_trial
+from hpo.runtime.deadline import timeout_verdict
+from hpo.runtime.forkserver import start_forkserver
+from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
+from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
-from hpo.study.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
-from hpo.study.child import GuardedObjective, run_one_trial, sampler_for_ticket
-from hpo.study.deadline import InProcessDeadline, TrialTimeout, timeout_verdict
-from hpo.study.notes import DashboardNotes
-from hpo.study.progress import TrialPrinter, report
-from hpo.study.reference_folders import reference_folder
-from hpo.study.trial_server import start_trial_server
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["ChildTrials", "InProcessTrials", "TrialsCannotStart", "crash_verdict", "reference_folder", "worker_name"]
+__all__ = ["ChildTrials", "crash_verdict"]
 
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
 # A trial process starts its trial within seconds (it is forked ready to run); one that has not after
 # this long is stuck, and is ended like a process that died before its trial started.
 STARTUP_LIMIT_S = 300
-
-
-class TrialsCannotStart(RuntimeError):
-    """Trial processes keep dying before their trial starts: this worker cannot run trials."""
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _name(folder: tempfile.TemporaryDirectory | None) -> str | None:
-    return None if folder is None else folder.name
-
-
-class InProcessTrials:
-    """Run each trial in this process. `study.trial_timeout_s` is enforced by SIGALRM, which ends
-    a Python-level hang but not one inside C code (see `hpo.study.deadline`)."""
-
-    def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
-        from hpo.study.objective import Objective  # imports torch
-
-        self.study, self.space, self.tickets = study, space, tickets
-        self.references = reference_folder(space)
-        self.objective = Objective(space, reference_dir=_name(self.references))
-        self.notes = DashboardNotes()
-        self.callbacks = [TrialPrinter(), self.notes]
-        gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules
-
-    def update_study_note(self) -> None:
-        self.notes.update_study_note(self.study)
-
-    def close(self) -> None:
-        _remove(self.references)
-
-    def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
-        heartbeat, deadline, bound = StartHeartbeat(self.study), InProcessDeadline(self.space.study.trial_timeout_s), []
-
-        def started(trial_id: int) -> None:
-            bind_ticket(self.study, self.tickets, serial, trial_id)
-            heartbeat.start(trial_id)
-            keeper.bound(trial_id)
-            bound.append(trial_id)
-            deadline.start()
-
-        self.study.sampler = BindOnStart(sampler_for_ticket(self.space, serial), on_start=started)
-        guard = GuardedObjective(self.objective, worker=worker_name())
-        objective = deadline.until_return(heartbeat.handing_over(guard))
-        try:
-            with deadline:
-                self.study.optimize(objective, n_trials=1, callbacks=self.callbacks, gc_after_trial=True, catch=(Exception,))
-        except ClaimLost:
-            return
-        except TrialTimeout:
-            # The trial is still RUNNING (Optuna let the exception through): fail and retry it here.
-            fail_crashed_trial(self.study, bound[0], str(deadline.verdict()))
-            self.notes(self.study, storage_of(self.study).get_trial(bound[0]))
-        except SystemExit:  # SIGTERM (`stop_on_sigterm`), or the workload called sys.exit()
-            _stopped(self.study, bound[0] if bound else None)
-            raise
-        finally:
-            heartbeat.stop()
-        if guard.sticky is not None:  # its retry is queued; this process's device cannot run it
-            raise TrialsCannotStart(
-                f"the device is unusable after a sticky error ({guard.sticky}); trial processes (the default, "
-                "without --in-process) replace the process that met one"
-            )
 
 
 class ChildTrials:
@@ -126,7 +58,7 @@ class ChildTrials:
         self._notes: DashboardNotes | None = None
         self._notes_loading = threading.Thread(target=self._load_notes, name="hpo-load-notes", daemon=True)
         self._notes_loading.start()
-        self.context = start_trial_server(space, storage_url)
+        self.context = start_forkserver(space, storage_url)
 
     def _load_notes(self) -> None:
         self._notes = DashboardNotes()
@@ -140,12 +72,12 @@ class ChildTrials:
         self.notes.update_study_note(self.study)
 
     def close(self) -> None:
-        _remove(self.references)
+        remove_folder(self.references)
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
-        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time(), _name(self.references))
+        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time(), folder_path(self.references))
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()
@@ -154,7 +86,7 @@ class ChildTrials:
             trial_id, verdict, exited = self._watch(child, here, keeper)
         except SystemExit:  # SIGTERM (`stop_on_sigterm`): the retry need not wait for the trial to go stale
             _end(child, wait_s=0)
-            _stopped(self.study, keeper.trial_id)
+            fail_stopped(self.study, keeper.trial_id)
             raise
         finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
             _end(child, wait_s=self.grace_s if exited else 0)
@@ -230,17 +162,6 @@ def _end(child, wait_s: float) -> None:
             except (ProcessLookupError, PermissionError):
                 pass  # already gone, or not yet in its own group
     child.join(timeout=30)
-
-
-def _stopped(study: optuna.Study, trial_id: int | None) -> None:
-    """The worker is stopping under its running trial: fail it and queue its retry now."""
-    if trial_id is not None:
-        fail_crashed_trial(study, trial_id, str(Verdict(Kind.CRASHED, "its worker was stopped (SIGTERM or exit)")))
-
-
-def _remove(folder: tempfile.TemporaryDirectory | None) -> None:
-    if folder is not None:
-        folder.cleanup()
 
 
 def crash_verdict(exitcode: int | None) -> Verdict:

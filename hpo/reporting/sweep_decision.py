@@ -1,0 +1,33 @@
+"""The `probe_first` decision as the study stores it (under `KEPT_ATTR`) and as its dashboard note
+shows it. `hpo.app.probe_first` writes it; the trials' suggestion (`hpo.study.suggest`) and the study
+note (`hpo.reporting.notes`) read it, so the key lives here, below both."""
+
+from __future__ import annotations
+
+__all__ = ["KEPT_ATTR", "decision_note"]
+
+KEPT_ATTR = "hpo:probe_first"  # {"kept": [...], "table": str, "notes": [...]}: the decision
+
+
+def decision_note(decided: dict) -> str:
+    """The study's note: the sweep's table, the ranking it was decided from, and what was kept."""
+    lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
+    lines += [
+        f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
+        f"timed again: {decided['repeats']} repeats interleaved across them, the fastest of {decided['steps']} steps "
+        f"each ({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
+        "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
+        "",
+        "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | kept |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in decided["ranking"]:
+        k, kept = r["knobs"], "yes" if r["rank"] <= decided["keep_fastest"] else ""
+        tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
+        lines.append(
+            f"| {r['precision']} | {r['rank']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
+            f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {kept}{tie} |"
+        )
+    if decided["rejected"]:
+        lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
+    return "\n".join(lines)

@@ -1,0 +1,31 @@
+"""What a worker's two ways of running one trial share: in its own process (`InProcessTrials`,
+`hpo.runtime.in_process_trials`), or in a fresh child of a forkserver (`ChildTrials`, the default,
+`hpo.runtime.child_trials`). Each is called once per trial with the ticket's serial and the
+worker's `ClaimKeeper`; a runner that cannot start trials raises `TrialsCannotStart`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import optuna
+
+from hpo.storage.retry import fail_crashed_trial
+from hpo.verdicts import Kind, Verdict
+
+__all__ = ["TrialsCannotStart", "fail_stopped", "worker_name"]
+
+
+class TrialsCannotStart(RuntimeError):
+    """Trial processes keep dying before their trial starts: this worker cannot run trials."""
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def fail_stopped(study: optuna.Study, trial_id: int | None) -> None:
+    """The worker is stopping under its running trial: fail it and queue its retry now."""
+    if trial_id is not None:
+        fail_crashed_trial(study, trial_id, str(Verdict(Kind.CRASHED, "its worker was stopped (SIGTERM or exit)")))
