@@ -33,12 +33,21 @@ from hpo.study.suggest import suggest_config
 __all__ = ["run_reload"]
 
 
-def _timed_fresh(url: str, start) -> tuple[optuna.Study, optuna.Trial, float, float]:
-    """`start(storage)` -> (study, trial) with a cold cache; returns them with (ms, db ms)."""
-    storage = open_storage(url, check_schema=False)
+def _timed_fresh(url: str, start) -> tuple[optuna.Study, optuna.Trial, tuple[float, float, int]]:
+    """`start(storage)` -> (study, trial) with a cold cache; returns them with (ms, db ms, trials
+    read), counting the trials where Optuna's cache and `get_all_trials` read them."""
+    storage, read = open_storage(url, check_schema=False), []
+    real = storage._get_trials
+
+    def counted(*args, **kwargs):
+        trials = real(*args, **kwargs)
+        read.append(len(trials))
+        return trials
+
+    storage._get_trials = counted
     timer, began = DbTimer(engine_of(storage)), time.perf_counter()
     study, trial = start(storage)
-    return study, trial, 1e3 * (time.perf_counter() - began), 1e3 * timer.seconds
+    return study, trial, (1e3 * (time.perf_counter() - began), 1e3 * timer.seconds, sum(read))
 
 
 def _before(url: str, name: str, serial: int):
@@ -80,9 +89,11 @@ def _row(size: int, before: list, worker: list, after: list) -> dict:
         "size": size,
         "before_trial_process_ms": med(before, 0),
         "before_db_ms": med(before, 1),
+        "before_trials_read": med(before, 2),
         "after_worker_ask_ms": med(worker, 0),
         "after_trial_process_ms": med(after, 0),
         "after_db_ms": med(after, 1),
+        "after_trials_read": med(after, 2),
     }
 
 
@@ -99,14 +110,14 @@ def run_reload(admin: str, sizes: list[int], window: int) -> list[dict]:
             fill(worker_study, distributions, size - len(worker_study.get_trials(deepcopy=False)), rng)
             before, worker, after = [], [], []
             for _ in range(window):
-                study, trial, ms, db_ms = _before(url, name, tickets.claim())
-                before.append((ms, db_ms))
+                study, trial, measured = _before(url, name, tickets.claim())
+                before.append(measured)
                 _tell(study, trial)
                 serial, began = tickets.claim(), time.perf_counter()
                 trial_id, _ = ask_in_worker(worker_study, hpo_space, serial, lambda t, s=serial: tickets.bind(s), "bench")
                 worker.append((1e3 * (time.perf_counter() - began), 0.0))
-                study, trial, ms, db_ms = _after(url, name, trial_id)
-                after.append((ms, db_ms))
+                study, trial, measured = _after(url, name, trial_id)
+                after.append(measured)
                 _tell(study, trial)
             rows.append(_row(size, before, worker, after))
             print(f"  {size:>6} trials: {rows[-1]}", file=sys.stderr, flush=True)
