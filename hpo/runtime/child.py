@@ -1,9 +1,9 @@
 """One trial in a fresh child process, and what every trial does around the objective whether it
 runs in a child or in its worker.
 
-The child opens its own storage connection, runs one Optuna trial (with heartbeats), reports back
-only through the storage, and tells its parent the trial id first so that a crash can be pinned on
-the right trial.
+The child opens its own storage connection, runs the one Optuna trial its worker created and
+sampled (with heartbeats), reports back only through the storage, and tells its parent as soon as it
+has taken the trial, so that its heartbeats take over and a crash is pinned on it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from hpo.errors import TrialError, error_verdict, short_traceback
 from hpo.logging import get_logger
 from hpo.records import RecordKey
 from hpo.reporting.progress import TrialPrinter, set_sink
-from hpo.runtime.budget import BindOnStart, ClaimLost, StartHeartbeat, bind_ticket, tickets_of
+from hpo.runtime.budget import StartHeartbeat
 from hpo.runtime.quiet import quiet_optuna
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
 from hpo.storage.retry import UNFINISHED, RetryWithRefund
 from hpo.storage.urls import mask_password
-from hpo.study.create import build_sampler, open_hpo_study
+from hpo.study.create import build_sampler
 
 _log = get_logger(__name__)
 
@@ -117,12 +117,15 @@ def _queue_retry(trial: optuna.Trial) -> None:
 def run_one_trial(
     storage_url: str,
     study_name: str,
-    serial: int,
+    trial_id: int,
     worker: str,
     conn: multiprocessing.connection.Connection,
     launched_at: float | None = None,
     reference_dir: str | None = None,
+    sampled_s: float | None = None,
 ) -> None:
+    """Run the trial `trial_id`, which the worker created and sampled (`hpo.runtime.handed`): this
+    process reads no other trial of the study."""
     # Everything the forkserver imported moves to the GC's permanent generation: the trial's
     # gc.collect() then walks only the trial's own objects (250 ms less here) and leaves the pages
     # shared with the forkserver unwritten (docs.python.org/3/library/gc.html#gc.freeze).
@@ -131,28 +134,22 @@ def run_one_trial(
     die_with_parent()
     die_with_worker(conn)
     quiet_optuna()
+    from hpo.runtime.handed import open_handed  # it imports this module
     from hpo.study.objective import Objective  # torch and the trial stack: preloaded by the forkserver
 
-    study, space = open_hpo_study(open_storage(storage_url, check_schema=False), study_name)
-    tickets = tickets_of(study)
+    def started(trial_id: int) -> None:
+        heartbeat.start(trial_id)
+        conn.send(trial_id)  # the worker stops its heartbeats and pins this process's death on the trial
+
+    study, space = open_handed(open_storage(storage_url, check_schema=False), study_name, trial_id, started)
     set_sink(conn.send)  # the worker's display shows this trial's progress
     heartbeat = StartHeartbeat(study)  # this process keeps its trial alive, not the worker
-
-    def started(trial_id: int) -> None:
-        bind_ticket(study, tickets, serial, trial_id)
-        heartbeat.start(trial_id)
-        conn.send(trial_id)  # from now on the worker can pin this process's death on the trial
-
-    study.sampler = BindOnStart(sampler_for_ticket(space, serial), on_start=started)
-    objective = GuardedObjective(Objective(space, launched_at=launched_at, reference_dir=reference_dir), worker=worker)
-    try:
-        study.optimize(
-            heartbeat.handing_over(objective),
-            n_trials=1,
-            callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
-            gc_after_trial=False,
-            catch=(Exception,),
-        )
-    except ClaimLost:
-        return  # the trial is failed and its ticket pays for another one: exit 0, no trial for the worker
+    objective = Objective(space, launched_at=launched_at, reference_dir=reference_dir, sampled_s=sampled_s)
+    study.optimize(
+        heartbeat.handing_over(GuardedObjective(objective, worker=worker)),
+        n_trials=1,
+        callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
+        gc_after_trial=False,
+        catch=(Exception,),
+    )
     # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.

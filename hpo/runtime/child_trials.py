@@ -20,15 +20,17 @@ from optuna.trial import TrialState
 from hpo.config.space import SearchSpace
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.progress import report
-from hpo.runtime.budget import ClaimKeeper, recover
+from hpo.runtime.budget import ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
 from hpo.runtime.child import run_one_trial
 from hpo.runtime.deadline import timeout_verdict
 from hpo.runtime.forkserver import start_forkserver
+from hpo.runtime.handed import SamplingFailed, ask_in_worker
 from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
+from hpo.study.create import space_of
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["ChildTrials", "crash_verdict"]
@@ -75,15 +77,49 @@ class ChildTrials:
         remove_folder(self.references)
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
+        """Ask the sampler here (`hpo.runtime.handed`), then run the trial in a trial process. The
+        worker keeps the new trial alive with heartbeats until that process takes it over."""
+        heartbeat = StartHeartbeat(self.study)
+
+        def started(trial_id: int) -> None:
+            bind_ticket(self.study, self.tickets, serial, trial_id)
+            heartbeat.start(trial_id)
+            keeper.bound(trial_id)
+
+        try:
+            trial_id, sampled_s = ask_in_worker(self.study, space_of(self.study), serial, started, worker_name())
+            self._run(trial_id, sampled_s, keeper, heartbeat)
+        except ClaimLost:
+            return  # the trial is failed and its ticket pays for another one
+        except SamplingFailed as failed:  # recorded on the trial, its retry queued, like an error in training
+            self.notes(self.study, storage_of(self.study).get_trial(failed.trial_id))
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            if keeper.trial_id is not None:
+                raise  # its heartbeats stop: the trial goes stale and is retried
+            self._no_trial(serial, Verdict(Kind.CRASHED, f"the worker could not ask for a trial ({type(exc).__name__})"))
+        finally:
+            heartbeat.stop()
+
+    def _run(self, trial_id: int, sampled_s: float, keeper: ClaimKeeper, heartbeat: StartHeartbeat) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
-        args = (self.storage_url, self.study.study_name, serial, worker_name(), there, time.time(), folder_path(self.references))
+        worker, launched_at = worker_name(), time.time()
+        args = (
+            self.storage_url,
+            self.study.study_name,
+            trial_id,
+            worker,
+            there,
+            launched_at,
+            folder_path(self.references),
+            sampled_s,
+        )
         child = self.context.Process(target=run_one_trial, args=args)
         child.start()
         there.close()
         exited = False
         try:
-            trial_id, verdict, exited = self._watch(child, here, keeper)
+            taken, verdict, exited = self._watch(child, here, trial_id, heartbeat)
         except SystemExit:  # SIGTERM (`stop_on_sigterm`): the retry need not wait for the trial to go stale
             _end(child, wait_s=0)
             fail_stopped(self.study, keeper.trial_id)
@@ -91,41 +127,42 @@ class ChildTrials:
         finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
             _end(child, wait_s=self.grace_s if exited else 0)
             here.close()
-        if trial_id is None:
-            self._no_trial(serial, verdict or crash_verdict(child.exitcode), child.exitcode == 0)
-            return
-        self.startup_failures = 0
-        if verdict is None and child.exitcode != 0:
+        if taken:
+            self.startup_failures = 0
+        if verdict is None and (child.exitcode != 0 or not taken):
             verdict = crash_verdict(child.exitcode)
         if verdict is not None:
             fail_crashed_trial(self.study, trial_id, str(verdict))
         self.notes(self.study, storage_of(self.study).get_trial(trial_id))
+        if not taken:  # it died (or hung) before it took its trial: its retry is queued, and it counts
+            self._start_failed(verdict)
 
-    def _watch(self, child, conn, keeper: ClaimKeeper) -> tuple[int | None, Verdict | None, bool]:
+    def _watch(self, child, conn, trial_id: int, heartbeat: StartHeartbeat) -> tuple[bool, Verdict | None, bool]:
         """Relay the child's messages until it exits (True last), or until it is to be ended:
-        it outlived its limit (with the verdict to record), or its trial ended without it."""
-        trial_id, started, checked, ended_at = None, time.monotonic(), time.monotonic(), None
+        it outlived its limit (with the verdict to record), or its trial ended without it. The
+        first one says it took its trial: from then on its heartbeats keep the trial alive."""
+        taken, started, checked, ended_at = False, time.monotonic(), time.monotonic(), None
         wait_s = self.interval_s if self.limit_s is None else min(self.interval_s, self.limit_s)
         while True:
             now = time.monotonic()
-            if trial_id is None and now - started > STARTUP_LIMIT_S:
-                return None, Verdict(Kind.CRASHED, f"trial process had not started its trial after {STARTUP_LIMIT_S} s"), False
-            if trial_id is not None and self.limit_s is not None and now - started > self.limit_s:
-                return trial_id, timeout_verdict(self.limit_s, now - started), False
-            if trial_id is not None and now - checked >= self.grace_s:  # a few queries: not every heartbeat
+            if not taken and now - started > STARTUP_LIMIT_S:
+                return False, Verdict(Kind.CRASHED, f"trial process had not started its trial after {STARTUP_LIMIT_S} s"), False
+            if taken and self.limit_s is not None and now - started > self.limit_s:
+                return True, timeout_verdict(self.limit_s, now - started), False
+            if taken and now - checked >= self.grace_s:  # a few queries: not every heartbeat
                 checked = now
                 ended_at = ended_at or (now if self._trial_ended(trial_id) else None)
                 if ended_at is not None and now - ended_at > self.grace_s:
-                    return trial_id, None, False  # it failed stale, or it finished and its process hangs on exit
+                    return True, None, False  # it failed stale, or it finished and its process hangs on exit
             if not conn.poll(wait_s):
                 continue
             try:
                 message = conn.recv()
             except EOFError:  # the child is exiting
-                return trial_id, None, True
-            if trial_id is None:  # sent as soon as the trial exists: its death is now pinned on the trial
-                trial_id, started, checked = message, time.monotonic(), time.monotonic()
-                keeper.bound(trial_id)
+                return taken, None, True
+            if not taken:  # the trial's id: the process runs it, and beats for it from now on
+                taken, started, checked = True, time.monotonic(), time.monotonic()
+                heartbeat.stop()
             else:
                 report(message)  # the child's progress, on this worker's display
 
@@ -139,10 +176,11 @@ class ChildTrials:
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
             return False  # the database is briefly unreachable: ask again next interval
 
-    def _no_trial(self, serial: int, why: Verdict, clean: bool) -> None:
+    def _no_trial(self, serial: int, why: Verdict) -> None:
         self.tickets.release(serial)  # the trial never started: its ticket goes back
-        if clean:  # it found its claim reaped and ended cleanly (`ClaimLost`): not a failure to start
-            return
+        self._start_failed(why)
+
+    def _start_failed(self, why: Verdict) -> None:
         self.startup_failures += 1
         if self.startup_failures >= MAX_STARTUP_FAILURES:
             raise TrialsCannotStart(

@@ -44,6 +44,7 @@ def open_storage(
             f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
             f"or every trial looks dead between two heartbeats; e.g. 3x the interval"
         )
+    _refuse_grpc(url)
     url, pooler = split_pooler(url)
     if create:
         ensure_sqlite_folder(url)
@@ -67,6 +68,16 @@ def open_storage(
         raise _storage_error(url, exc) from None
     except optuna.exceptions.StorageInternalError as exc:  # Optuna's wrapper around a database error
         raise _storage_error(url, exc.__cause__ or exc) from None
+
+
+def _refuse_grpc(url: str) -> None:
+    """Optuna's gRPC proxy has no URL and serves Optuna's calls only (docs/scaling.md tried it)."""
+    if url.split(":", 1)[0].lower().startswith("grpc"):
+        raise UserInputError(
+            f"storage {mask_password(url)}: Optuna's gRPC storage proxy is not supported: hpo's workers need SQL on the "
+            "study's database (the trial budget, heartbeats, crash recovery), which the proxy does not serve; "
+            "reach PostgreSQL through PgBouncer instead (add ?hpo_pooler=transaction to its URL)"
+        )
 
 
 def _storage_error(url: str, exc: BaseException) -> UserInputError:

@@ -3,7 +3,7 @@ module is the only one to mend; everything else calls these functions.
 
 Why each is needed: Optuna has no public API for a study's storage object, a live trial's storage
 id, the SQLAlchemy engine behind `RDBStorage` (hpo keeps its trial budget in the same database) or
-the heartbeat settings of an opened storage.
+the heartbeat settings of an opened storage, nor for running an existing trial in `Study.optimize`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,19 @@ def rdb_backend(storage: Any) -> optuna.storages.RDBStorage:
 def engine_of(storage: Any):
     """The SQLAlchemy engine behind an Optuna RDB storage."""
     return rdb_backend(storage).engine
+
+
+def take_trial(study: optuna.Study, trial_id: int) -> None:
+    """Make the study's `ask()` return the existing, RUNNING trial `trial_id` (its worker created it
+    and sampled its params: `hpo.runtime.handed`) instead of creating one or taking a waiting one.
+    `Study.optimize` then runs that trial with its heartbeat, tell, callbacks and `catch`, as for a
+    trial it asked. Optuna's `ask` has no parameter for an existing trial, and its waiting-trial
+    lookup would read the whole study into this process's cache."""
+
+    def ask(fixed_distributions=None) -> optuna.Trial:
+        return optuna.Trial(study, trial_id)
+
+    study.ask = ask
 
 
 def liveness(storage: Any) -> tuple[int, int]:

@@ -41,21 +41,25 @@ from hpo.verify.compared import ReferenceFiles
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
     then records its process start as the `start` phase. `reference_dir` is the worker's folder of
-    the probes' reference steps (`hpo.runtime.reference_folders.reference_folder`), if it keeps one."""
+    the probes' reference steps (`hpo.runtime.reference_folders.reference_folder`), if it keeps one.
+    `sampled_s` is how long its worker took to sample the trial's params, when it did."""
 
     def __init__(
         self,
         space: SearchSpace,
         launched_at: float | None = None,
         reference_dir: str | None = None,
+        sampled_s: float | None = None,
     ):
-        self.space, self.launched_at = space, launched_at
+        self.space, self.launched_at, self.sampled_s = space, launched_at, sampled_s
         self.references = ReferenceFiles(reference_dir) if reference_dir is not None else None
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
         phases = Phases()
         if self.launched_at is not None:
             phases.add("start", time.time() - self.launched_at)
+        if self.sampled_s is not None:  # the worker sampled this trial's params (hpo.runtime.handed)
+            phases.add("sample", self.sampled_s)
         with phases("sample"):
             config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training)

@@ -67,3 +67,12 @@ def test_connection_errors_are_one_masked_line(url, reason):
 def test_mask_password_masks_every_url_in_a_text():
     text = "a postgresql+psycopg://u:p%40ss@h:5/db and mysql+pymysql://root:x@h/db, sqlite:///a.db"
     assert mask_password(text) == "a postgresql+psycopg://u:***@h:5/db and mysql+pymysql://root:***@h/db, sqlite:///a.db"
+
+
+@pytest.mark.parametrize("url", ["grpc://127.0.0.1:13000", "GRPC://u:s3cret@proxy:13000/x"])
+def test_a_grpc_proxy_url_is_refused_with_the_supported_path(url):
+    with pytest.raises(UserInputError) as caught:
+        open_storage(url)
+    message = str(caught.value)
+    assert "gRPC storage proxy is not supported" in message and "hpo_pooler=transaction" in message
+    assert "\n" not in message and "s3cret" not in message
