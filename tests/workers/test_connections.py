@@ -42,7 +42,10 @@ def _count_connections(database: str, stop: threading.Event, counts: list[int], 
 def test_at_most_one_connection_per_busy_worker_and_none_for_an_idle_one(postgres_url, tmp_path, workers, n_trials):
     """With 4 workers and 2 trials, two workers find no ticket and wait for the others' trials
     (they could still need a retry) holding no connection. Every worker queries at its start
-    (open the study, claim), so the bound over the whole run is one per worker, idle or not."""
+    (open the study, claim), so the bound over the whole run is one per worker, idle or not, plus
+    one for `hpo run`'s own process: it opens the study while its workers start (sampled on a
+    loaded host: four backends for three workers, all in Optuna's schema check on open). A cluster
+    runs `hpo worker` alone, with no such process."""
     database = postgres_url.rsplit("/", 1)[1]
     stop, counts, raw = threading.Event(), [], []
     sampler = threading.Thread(target=_count_connections, args=(database, stop, counts, raw), daemon=True)
@@ -61,7 +64,7 @@ def test_at_most_one_connection_per_busy_worker_and_none_for_an_idle_one(postgre
     assert run.returncode == 0, run.stderr[-3000:]
     assert tickets(postgres_url) == ((n_trials, n_trials), 0)
     print(f"{workers} workers, {n_trials} trials: {len(counts)} samples, peak {max(counts)} connections")
-    assert max(counts) <= workers, f"peak {max(counts)} connections for {workers} workers (samples: {counts})"
-    assert max(raw) <= workers + 1, f"peak {max(raw)} backends, torn-down ones included, for {workers} workers"
+    assert max(counts) <= workers + 1, f"peak {max(counts)} connections for {workers} workers (samples: {counts})"
+    assert max(raw) <= workers + 2, f"peak {max(raw)} backends, torn-down ones included, for {workers} workers"
     # Most of the time nobody holds one: connections last as long as a statement.
     assert sorted(counts)[len(counts) // 2] <= 1, counts
