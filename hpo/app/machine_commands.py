@@ -1,0 +1,40 @@
+"""`hpo train`, `doctor` and `gpu-check`: the commands about one configuration or this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpo.app.command_io import show, storage_url
+from hpo.app.output import dumps, outcome_json
+from hpo.errors import ExitCode
+
+
+def cmd_train(args) -> int:
+    from hpo.app.retrain import retrain
+
+    config, outcome = retrain(Path(args.config))
+    lines = [f"verdict: {outcome.verdict}"]
+    lines += [f"{name}: {value:.6g}" for name, value in zip(config.objectives, outcome.values or ())]
+    show(args, outcome_json(config, outcome), "\n".join(lines))
+    return ExitCode.OK if outcome.ok else ExitCode.NO_TRIAL_TRAINED
+
+
+def cmd_doctor(args) -> int:
+    from hpo.app.doctor import capability_report, device_from_flag, format_report, verdict_rows
+
+    report = capability_report(device_from_flag(args.device))
+    if args.study:
+        from hpo.app.best_and_export import open_study
+
+        report["verdicts"] = verdict_rows(open_study(args.study, storage_url(args, args.study)))
+    print(dumps(report, indent=2) if args.format == "json" else format_report(report))
+    return ExitCode.OK
+
+
+def cmd_gpu_check(args) -> int:
+    from hpo.app.gpu_check import MatrixCheck, check_here, matrix
+
+    how = MatrixCheck(batch_size=args.batch_size, steps=args.steps, compile_backend=args.compile_backend, device=args.device)
+    combos = matrix(args.precision, args.attention, args.optimizer, args.checkpointing, args.compile)
+    print(check_here(Path(args.out_dir), args.workloads, combos, how, args.timeout))
+    return 0
