@@ -3,7 +3,7 @@
 The executor, the study's objective, the evidence and the crash handling write these keys; `hpo
 best`, `hpo report`, the dashboard and users' own scripts read them. Every key is declared here, with
 its meaning, and the docs' record reference is generated from these declarations (`python -m
-hpo.app.docgen` writes it; a test keeps it in step). Writers name a key by its `RecordKey` constant
+hpo.app.docgen` writes it; a test keeps it in step). Writers and readers name a key by its `RecordKey` constant
 (a test checks the constants are the schema's fields). `check_trial_attrs` validates one trial's
 attrs, which the tests do for every trial of real studies.
 

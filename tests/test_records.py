@@ -28,3 +28,19 @@ def test_each_record_key_constant_names_a_field_of_the_schema():
 def test_the_runtime_settings_are_declared():
     check_trial_attrs({"verdict": "ok", "runtime": {"tf32": False, "cudnn_benchmark": False, "cpu_allocator": "glibc"}})
     assert set(RuntimeSettings.model_fields) == {"tf32", "cudnn_benchmark", "cpu_allocator"}
+
+
+def test_hpo_names_every_record_key_it_reads_or_writes_by_its_constant():
+    """A literal key in `user_attrs.get("…")` drifts from the schema unseen; the constant cannot."""
+    import re
+    from pathlib import Path
+
+    literal = re.compile(r"""\b(?:user_attrs|attrs)(?:\.get\(|\[)\s*["']""")
+    package = Path(__file__).resolve().parents[1] / "hpo"
+    found = [
+        f"{path.relative_to(package.parent)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if literal.search(line)
+    ]
+    assert not found, "name the key by its hpo.records.RecordKey constant:\n" + "\n".join(found)

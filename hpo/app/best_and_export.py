@@ -13,6 +13,7 @@ from hpo.config import legacy
 from hpo.config.objectives import metric_direction
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
+from hpo.records import RecordKey
 from hpo.reporting.ranking import best_trials, top_trials
 from hpo.storage.open import load_study_or_none, open_storage
 from hpo.workloads.registry import metrics_of
@@ -41,13 +42,13 @@ def find_trial(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTr
 def exported_config(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """The trial's recorded config as a search-space file with every value fixed (a trial of
     hpo 0.1 recorded format 1: it is written in today's format)."""
-    config = dict(trial.user_attrs["config"])
+    config = dict(trial.user_attrs[RecordKey.CONFIG])
     if config.get("format") == legacy.FORMAT_1:
         try:
             config, _ = legacy.upgrade(config)
         except UserInputError as exc:
             raise UserInputError(f"trial {trial.number}: its recorded config cannot be read: {exc}") from None
-    return _fixed_length(config, trial.user_attrs.get("steps_run"))
+    return _fixed_length(config, trial.user_attrs.get(RecordKey.STEPS_RUN))
 
 
 def _fixed_length(config: dict[str, Any], steps_run: int | None) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def _fixed_length(config: dict[str, Any], steps_run: int | None) -> dict[str, An
 
 
 def export_config(trial: optuna.trial.FrozenTrial, path: Path) -> None:
-    text = f"# hpo config exported from trial {trial.number} (verdict: {trial.user_attrs.get('verdict')})\n"
+    text = f"# hpo config exported from trial {trial.number} (verdict: {trial.user_attrs.get(RecordKey.VERDICT)})\n"
     text += yaml.safe_dump(exported_config(trial), sort_keys=False)
     write_atomic(path, text)  # a reader never sees half a file
 

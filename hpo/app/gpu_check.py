@@ -32,6 +32,7 @@ from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.hardware.probes import device_model
 from hpo.hardware.runtime import resolve_device
 from hpo.logging import get_logger
+from hpo.records import RecordKey
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts, speed_key
 
@@ -94,7 +95,7 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
     torch_compat.reset_compiled_graphs()  # a fresh compile per combination, as a new trial process would have
     verdicts = MemoryVerdicts()
     outcome = execute(how.config(workload, knobs), verdicts)
-    key = outcome.attrs["verdict_key"]
+    key = outcome.attrs[RecordKey.VERDICT_KEY]
     probe = verdicts.get(key) or {}
     speed = verdicts.get(speed_key(key, how.batch_size)) or {}  # the speed fact at this batch size
     step_ms, slowdown = speed.get("trial_step_ms"), speed.get("slowdown")
@@ -106,10 +107,10 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
         "samples_per_s": None if step_ms is None else how.batch_size * 1000 / step_ms,
         "loss_rel_err": probe.get("loss_rel_err"),
         "grad_rel_err": probe.get("grad_rel_err"),
-        "observed": outcome.attrs.get("knobs_observed") or probe.get("observed"),
+        "observed": outcome.attrs.get(RecordKey.KNOBS_OBSERVED) or probe.get("observed"),
         "probe_s": probe.get("probe_s"),
-        "train_samples_per_s": outcome.attrs.get("train_samples_per_s"),
-        "peak_mem_mb": outcome.attrs.get("peak_mem_mb"),
+        "train_samples_per_s": outcome.attrs.get(RecordKey.TRAIN_SAMPLES_PER_S),
+        "peak_mem_mb": outcome.attrs.get(RecordKey.PEAK_MEM_MB),
     }
 
 

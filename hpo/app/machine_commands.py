@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hpo.app.command_io import show, storage_url
 from hpo.app.output import dumps, outcome_json
-from hpo.errors import ExitCode
+from hpo.errors import ExitCode, UserInputError
 
 
 def cmd_train(args) -> int:
@@ -33,8 +33,15 @@ def cmd_doctor(args) -> int:
 
 def cmd_gpu_check(args) -> int:
     from hpo.app.gpu_check import MatrixCheck, check_here, matrix
+    from hpo.workloads.registry import NEEDS_USER_FILES
 
+    needs_files = [name for name in args.workloads if name in NEEDS_USER_FILES]
+    if needs_files:
+        raise UserInputError(
+            f"--workloads: gpu-check runs each workload with its default options, and {' '.join(needs_files)} has none "
+            f"(it trains your checkpoint on your files); `hpo probe SPACE.yaml` runs the same sweep with them"
+        )
     how = MatrixCheck(batch_size=args.batch_size, steps=args.steps, compile_backend=args.compile_backend, device=args.device)
     combos = matrix(args.precision, args.attention, args.optimizer, args.checkpointing, args.compile)
     print(check_here(Path(args.out_dir), args.workloads, combos, how, args.timeout))
-    return 0
+    return ExitCode.OK

@@ -5,7 +5,8 @@ command prints it:
 - a trial (`trial_json`): `hpo run`, `hpo best` and `hpo train` print the same object;
 - a knob row (`knob_row_json`): a knob combination's verdict and speed, from `hpo probe`'s sweep
   or from a study's verdict cache (`hpo doctor --study`);
-- a written file (`written_json`): `hpo export` and `hpo report` say which file holds what.
+- a written file (`written_json`): `hpo export` and `hpo report` say which file holds what;
+- an enqueued trial (`enqueued_json`): `hpo enqueue`, from a config file or from another study.
 
 Progress, notes and errors go to stderr, so stdout holds only the result. docs/cli.md shows the shapes.
 """
@@ -17,12 +18,16 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hpo.records import RecordKey
+
 __all__ = [
     "FORMATS",
     "KNOB_ROW_KEYS",
     "TRIAL_KEYS",
     "WRITTEN_KEYS",
+    "ENQUEUED_KEYS",
     "dumps",
+    "enqueued_json",
     "knob_row_json",
     "outcome_json",
     "trial_json",
@@ -54,20 +59,21 @@ KNOB_ROW_KEYS = (
     "cached",
 )
 WRITTEN_KEYS = ("number", "what", "path")
+ENQUEUED_KEYS = ("study", "source", "params", "skipped")
 
 
 def trial_json(trial, objectives: Sequence[str] | None) -> dict[str, Any]:
     """A study's trial (an Optuna FrozenTrial). `values` only when it trained normally (verdict
     `ok`): a rejected trial's stored values are placeholders, never a result."""
     attrs = trial.user_attrs
-    ok = attrs.get("verdict") == "ok"
+    ok = attrs.get(RecordKey.VERDICT) == "ok"
     return _trial(trial.number, trial.state.name, attrs, objectives, trial.values if ok else None, trial.params)
 
 
 def outcome_json(config, outcome) -> dict[str, Any]:
     """`hpo train`'s result in the trial's shape: no study, so `number` and `state` are null and
     `params` are the config's hyperparameters."""
-    attrs = {**outcome.attrs, "verdict": str(outcome.verdict)}
+    attrs = {**outcome.attrs, RecordKey.VERDICT: str(outcome.verdict)}
     return _trial(None, None, attrs, config.objectives, outcome.values, config.training.params())
 
 
@@ -75,12 +81,12 @@ def _trial(number, state, attrs: Mapping, objectives, values, params) -> dict[st
     return {
         "number": number,
         "state": state,
-        "verdict": attrs.get("verdict"),
+        "verdict": attrs.get(RecordKey.VERDICT),
         "objectives": list(objectives) if objectives else None,
         "values": list(values) if values is not None else None,
         "params": params,
-        "knobs_requested": attrs.get("knobs_requested"),
-        "knobs_observed": attrs.get("knobs_observed"),
+        "knobs_requested": attrs.get(RecordKey.KNOBS_REQUESTED),
+        "knobs_observed": attrs.get(RecordKey.KNOBS_OBSERVED),
         "user_attrs": dict(attrs),
     }
 
@@ -93,6 +99,12 @@ def knob_row_json(row: Mapping[str, Any]) -> dict[str, Any]:
 def written_json(number: int | None, what: str, path) -> dict[str, Any]:
     """A file a command wrote: the trial it came from (null for a whole study), what it is, where."""
     return {"number": number, "what": what, "path": str(path)}
+
+
+def enqueued_json(study: str, source: str, params: Mapping[str, Any] | None, skipped: str | None = None) -> dict[str, Any]:
+    """A waiting trial put into `study` from `source` (a config file, or another study's trial):
+    `params` when it was enqueued, else null and `skipped` says why."""
+    return {"study": study, "source": source, "params": dict(params) if params is not None else None, "skipped": skipped}
 
 
 def dumps(value: Any, indent: int | None = None) -> str:

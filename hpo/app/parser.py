@@ -116,6 +116,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     p.add_argument("--space", help="the search-space file of --study, when --from-study creates it")
     top_arg(p, "how many of --from-study's best trials that trained (the Pareto front first)", default=TOP_DEFAULT)
     p.add_argument("--from-storage", help="storage URL of --from-study when it differs from --storage")
+    format_args(p, 'a list of {"study", "source", "params", "skipped"}: one per trial enqueued or skipped')
     p = add("train", commands["train"], "retrain an exported config without Optuna")
     p.add_argument("config", help="a config with every value fixed, such as one written by `hpo export`")
     format_args(p, "one trial, in the shape `hpo best` prints (number and state null: no study)")
@@ -140,7 +141,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
 def gpu_check_args(p: argparse.ArgumentParser) -> None:
     """`hpo gpu-check`: which combinations, how each runs, where the rows go."""
     from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, OPTIMIZER_IMPLS, PRECISIONS
-    from hpo.workloads.registry import BUILTIN_WORKLOADS
+    from hpo.workloads.registry import SELF_CONTAINED_WORKLOADS
 
     def values(flag: str, choices, default, what: str) -> None:
         which = "all" if tuple(default) == tuple(choices) else " ".join(default)
@@ -153,7 +154,13 @@ def gpu_check_args(p: argparse.ArgumentParser) -> None:
             help=f"{what}, any of: {' '.join(choices)} (default: {which})",
         )
 
-    p.add_argument("--workloads", nargs="+", default=list(BUILTIN_WORKLOADS), help="workload names (default: every built-in)")
+    p.add_argument(
+        "--workloads",
+        nargs="+",
+        default=list(SELF_CONTAINED_WORKLOADS),
+        help=f"workloads to run each combination on, with their default options: built-in names or package.module:Class "
+        f"(default: {' '.join(SELF_CONTAINED_WORKLOADS)}; the hf_* workloads need your files: `hpo probe SPACE.yaml`)",
+    )
     values("--precision", PRECISIONS, PRECISIONS, "precisions to check")
     values("--attention", ATTENTIONS, ATTENTIONS, "attention backends to check")
     values("--optimizer", OPTIMIZER_IMPLS, OPTIMIZER_IMPLS, "optimizer implementations to check")

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial
 
 from hpo.errors import UserInputError
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.records import RecordKey
 from hpo.reporting.observed import observed_knob
 from hpo.reporting.ranking import trained_trials
 
@@ -33,7 +34,7 @@ def fastest_within(study: optuna.Study, percent: float) -> FrozenTrial:
     best = (min if minimize else max)(t.values[0] for t in trials)
     slack = abs(best) * percent / 100
     near = [t for t in trials if (t.values[0] <= best + slack if minimize else t.values[0] >= best - slack)]
-    return max(near, key=lambda t: (t.user_attrs.get("train_samples_per_s") or 0.0, -t.number))
+    return max(near, key=lambda t: (t.user_attrs.get(RecordKey.TRAIN_SAMPLES_PER_S) or 0.0, -t.number))
 
 
 def front_table(trials: list[FrozenTrial], metric_names: list[str]) -> str:
@@ -49,9 +50,9 @@ def _row(trial: FrozenTrial) -> list[str]:
     return [
         str(trial.number),
         *(f"{v:.5g}" for v in trial.values or ()),
-        _number(attrs.get("train_samples_per_s"), "{:.1f}"),
-        _number(attrs.get("peak_mem_mb"), "{:.0f}"),
-        _number(attrs.get("mfu"), "{:.2%}"),
+        _number(attrs.get(RecordKey.TRAIN_SAMPLES_PER_S), "{:.1f}"),
+        _number(attrs.get(RecordKey.PEAK_MEM_MB), "{:.0f}"),
+        _number(attrs.get(RecordKey.MFU), "{:.2%}"),
         *(observed_knob(attrs, k) for k in KNOB_NAMES),  # as the evidence showed them ran
     ]
 

@@ -18,6 +18,7 @@ import yaml
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.records import RecordKey
 from hpo.reporting.knob_effects import cells, header, knob_effects
 from hpo.reporting.observed import observed_knob
 from hpo.reporting.ranking import best_trials, trained_trials
@@ -44,7 +45,7 @@ def _history(study: optuna.Study, name: str, index: int):
 
     trained = trained_trials(study)
     numbers = {t.number for t in trained}
-    rejected = [t for t in study.get_trials(deepcopy=False) if t.number not in numbers and t.user_attrs.get("verdict")]
+    rejected = [t for t in study.get_trials(deepcopy=False) if t.number not in numbers and t.user_attrs.get(RecordKey.VERDICT)]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[t.number for t in trained], y=[t.values[index] for t in trained], mode="markers", name="trained"))
     best, line = None, []
@@ -56,7 +57,7 @@ def _history(study: optuna.Study, name: str, index: int):
     fig.add_trace(go.Scatter(x=[n for n, _ in line], y=[b for _, b in line], mode="lines", name="best so far"))
     fig.add_trace(go.Scatter(
         x=[t.number for t in rejected], y=[0] * len(rejected), yaxis="y2", mode="markers", name="rejected (no value)",
-        marker={"symbol": "x", "color": "crimson", "size": 10}, text=[str(t.user_attrs.get("verdict")) for t in rejected],
+        marker={"symbol": "x", "color": "crimson", "size": 10}, text=[str(t.user_attrs.get(RecordKey.VERDICT)) for t in rejected],
     ))  # fmt: skip
     fig.update_layout(
         title=f"Optimization history: {name}", xaxis_title="trial", yaxis={"title": name, "domain": [0.2, 1]},
@@ -74,7 +75,7 @@ def _trained_study(study: optuna.Study) -> optuna.Study:
 
 def _importances(study: optuna.Study, name: str) -> list:
     vis, trained = _visualization(), _trained_study(study)
-    targets = [(lambda t: t.values[0], name), (lambda t: t.user_attrs["train_samples_per_s"], "train_samples_per_s")]
+    targets = [(lambda t: t.values[0], name), (lambda t: t.user_attrs[RecordKey.TRAIN_SAMPLES_PER_S], "train_samples_per_s")]
     figures = []
     for target, target_name in targets:
         try:
@@ -115,7 +116,7 @@ def _best_html(study: optuna.Study) -> str:
         best = best_trials(study)[0]  # the trial `hpo best` shows first
     except UserInputError:
         return "<p>No trial has trained normally yet.</p>"
-    config = yaml.safe_dump(best.user_attrs.get("config", {}), sort_keys=False)
+    config = yaml.safe_dump(best.user_attrs.get(RecordKey.CONFIG, {}), sort_keys=False)
     command = f"hpo export --study {study.study_name} --trial {best.number} -o best.yaml && hpo train best.yaml"
     return f"<p>Trial {best.number}. Retrain it with:</p><pre>{html.escape(command)}</pre><pre>{html.escape(config)}</pre>"
 

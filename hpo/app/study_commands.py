@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from hpo.app.command_io import first_line, show, show_trials, storage_url
-from hpo.app.output import knob_row_json
+from hpo.app.output import enqueued_json, knob_row_json
 from hpo.errors import ExitCode, UserInputError
 from hpo.storage.urls import mask_password
 
@@ -150,7 +150,9 @@ def cmd_enqueue(args) -> int:
     from hpo.study.enqueue import enqueue_file
 
     params = enqueue_file(args.config, args.study, storage_url(args, args.study))
-    print(
-        f"{args.config} enqueued in study {args.study!r} as a waiting trial with params {params}; its next worker runs it first"
+    show(
+        args,
+        [enqueued_json(args.study, args.config, params)],
+        f"{args.config} enqueued in study {args.study!r} as a waiting trial with params {params}; its next worker runs it first",
     )
     return ExitCode.OK

@@ -3,7 +3,9 @@ best configurations of study A (see hpo.study.warm_start for how they map onto B
 
 from __future__ import annotations
 
-from hpo.errors import UserInputError
+from hpo.app.command_io import show
+from hpo.app.output import enqueued_json
+from hpo.errors import ExitCode, UserInputError
 
 __all__ = ["enqueue_from_study"]
 
@@ -27,11 +29,14 @@ def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
         except UserInputError:
             space = space_of(source)
     target = create_or_resume(space, target_url, args.study)
+    rows, lines = [], []
     for started in warm_start(source, target, space, args.top):
         where = f"{args.from_study} trial {started.source_trial}"
-        print(
+        rows.append(enqueued_json(args.study, where, started.params or None, None if started.params else started.why_skipped))
+        lines.append(
             f"{where}: enqueued in {args.study!r} with {started.params}"
             if started.params
             else f"{where}: skipped, {started.why_skipped}"
         )
-    return 0
+    show(args, rows, "\n".join(lines))
+    return ExitCode.OK

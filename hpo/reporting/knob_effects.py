@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.records import RecordKey
 from hpo.verdicts import Verdict
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 
@@ -41,14 +42,14 @@ class KnobEffect:
 
 
 def _knobs(trial: FrozenTrial) -> dict:
-    return trial.user_attrs.get("knobs_requested") or {}
+    return trial.user_attrs.get(RecordKey.KNOBS_REQUESTED) or {}
 
 
 def _trained(trial: FrozenTrial) -> bool:
     attrs = trial.user_attrs
     return (
         trial.state == TrialState.COMPLETE
-        and Verdict.parse(attrs.get("verdict")).ok
+        and Verdict.parse(attrs.get(RecordKey.VERDICT)).ok
         and bool(trial.values)
         and "train_samples_per_s" in attrs
     )
@@ -88,7 +89,7 @@ class _Peers:
             group = self._groups.get(key)
             if not group:
                 return None
-            speed = statistics.median(t.user_attrs["train_samples_per_s"] for t in group)
+            speed = statistics.median(t.user_attrs[RecordKey.TRAIN_SAMPLES_PER_S] for t in group)
             self._medians[key] = (speed, statistics.median(t.values[0] for t in group))
         return self._medians[key]
 
@@ -102,7 +103,7 @@ def _effect(trials: list[FrozenTrial], peers: _Peers, knob: str, value, baseline
     for trial in (t for t in peers.trained if _knobs(t).get(knob) == value):
         found = peers.medians({**_knobs(trial), knob: baseline})
         if found is not None:
-            ratios.append(trial.user_attrs["train_samples_per_s"] / found[0])
+            ratios.append(trial.user_attrs[RecordKey.TRAIN_SAMPLES_PER_S] / found[0])
             diffs.append(trial.values[0] - found[1])
     effect.compared = len(ratios)
     if ratios:
@@ -111,7 +112,7 @@ def _effect(trials: list[FrozenTrial], peers: _Peers, knob: str, value, baseline
 
 
 def _verdict_kind(trial: FrozenTrial) -> str:
-    return Verdict.parse(trial.user_attrs.get("verdict", trial.state.name.lower())).kind.value
+    return Verdict.parse(trial.user_attrs.get(RecordKey.VERDICT, trial.state.name.lower())).kind.value
 
 
 HEADER = ("knob", "value", "vs", "samples/s ratio", "{metric} difference", "compared", "verdicts")

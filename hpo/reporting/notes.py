@@ -20,6 +20,7 @@ from hpo import deps
 from hpo.errors import UserInputError
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.logging import get_logger
+from hpo.records import RecordKey
 from hpo.reporting.knob_effects import knob_effects, markdown_table
 from hpo.reporting.observed import observed_knob
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
@@ -67,18 +68,18 @@ def _number(value, fmt: str) -> str:
 def trial_note(trial: FrozenTrial) -> str:
     """The trial's note in Markdown: verdict, knobs requested against observed, speed, memory, MFU."""
     attrs = trial.user_attrs
-    verdict = str(attrs.get("verdict", trial.state.name.lower()))
+    verdict = str(attrs.get(RecordKey.VERDICT, trial.state.name.lower()))
     kind = Verdict.parse(verdict).kind.value
     lines = [f"## Trial {trial.number}: {kind}", "", f"**Verdict:** {verdict}", ""]
-    requested = attrs.get("knobs_requested") or {}
+    requested = attrs.get(RecordKey.KNOBS_REQUESTED) or {}
     lines += ["| knob | requested | observed |", "| --- | --- | --- |"]
     lines += [f"| {k} | {requested.get(k, 'n/a')} | {observed_knob(attrs, k)} |" for k in KNOB_NAMES]
     lines += [
         "",
-        f"- throughput: {_number(attrs.get('train_samples_per_s'), '{:.1f}')} samples/s",
-        f"- step time: {_number(attrs.get('step_time_ms'), '{:.1f}')} ms",
-        f"- peak memory: {_number(attrs.get('peak_mem_mb'), '{:.0f}')} MB",
-        f"- MFU: {_number(attrs.get('mfu'), '{:.2%}')}",
+        f"- throughput: {_number(attrs.get(RecordKey.TRAIN_SAMPLES_PER_S), '{:.1f}')} samples/s",
+        f"- step time: {_number(attrs.get(RecordKey.STEP_TIME_MS), '{:.1f}')} ms",
+        f"- peak memory: {_number(attrs.get(RecordKey.PEAK_MEM_MB), '{:.0f}')} MB",
+        f"- MFU: {_number(attrs.get(RecordKey.MFU), '{:.2%}')}",
     ]
     if kind != "ok" and kind in ADVICE:
         lines += ["", f"**Why and what to try:** {ADVICE[kind]}"]

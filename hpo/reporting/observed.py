@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.records import RecordKey
 
 __all__ = ["NOT_OBSERVED", "observed_knob", "observed_knobs"]
 
@@ -20,7 +21,7 @@ NOT_OBSERVED = "not observed"
 
 def observed_knob(attrs: Mapping[str, Any], knob: str) -> str:
     """`knob` as the trial's evidence observed it, or NOT_OBSERVED."""
-    value = (attrs.get("knobs_observed") or {}).get(knob)
+    value = (attrs.get(RecordKey.KNOBS_OBSERVED) or {}).get(knob)
     return NOT_OBSERVED if value is None else str(value)
 
 

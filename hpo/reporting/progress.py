@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.records import RecordKey
 from hpo.reporting.observed import observed_knobs
 from hpo.verdicts import Verdict
 
@@ -69,9 +70,9 @@ class TrialPrinter:
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         attrs = trial.user_attrs
-        verdict = attrs.get("verdict", trial.state.name.lower())
+        verdict = attrs.get(RecordKey.VERDICT, trial.state.name.lower())
         values = list(trial.values) if trial.values is not None and Verdict.parse(verdict).ok else None
-        speed = attrs.get("train_samples_per_s")
+        speed = attrs.get(RecordKey.TRAIN_SAMPLES_PER_S)
         report(TrialEvent(trial.number, trial.state.name.lower(), verdict, values, observed_knobs(attrs), speed))
 
 

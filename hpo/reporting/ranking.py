@@ -10,6 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo.errors import UserInputError
+from hpo.records import RecordKey
 from hpo.verdicts import Verdict
 
 __all__ = ["best_trials", "top_trials", "trained_trials"]
@@ -20,7 +21,7 @@ def trained_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [
         t
         for t in study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
-        if Verdict.parse(t.user_attrs.get("verdict")).ok and t.values and all(math.isfinite(v) for v in t.values)
+        if Verdict.parse(t.user_attrs.get(RecordKey.VERDICT)).ok and t.values and all(math.isfinite(v) for v in t.values)
     ]
 
 

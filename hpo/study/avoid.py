@@ -33,6 +33,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.records import RecordKey
 from hpo.storage.optuna_compat import trial_id_of
 from hpo.verdicts import Part, Verdict
 from hpo.verify.store import StudyVerdicts
@@ -41,13 +42,13 @@ __all__ = ["AvoidKnownFailures", "known_bad_parts"]
 
 
 def _parts_of_trial(trial: FrozenTrial) -> Part | None:
-    verdict = Verdict.parse(trial.user_attrs.get("verdict"))
+    verdict = Verdict.parse(trial.user_attrs.get(RecordKey.VERDICT))
     if not verdict.avoidable:
         return None
     if "verdict_implicates" in trial.user_attrs:
-        return Verdict.part_from_record(trial.user_attrs["verdict_implicates"])
+        return Verdict.part_from_record(trial.user_attrs[RecordKey.VERDICT_IMPLICATES])
     # Trials recorded before verdicts named their parts: the whole knob combination is the part.
-    knobs = trial.user_attrs.get("knobs_requested") or {}
+    knobs = trial.user_attrs.get(RecordKey.KNOBS_REQUESTED) or {}
     return Verdict.part_from_record((k, v) for k, v in knobs.items() if k in trial.params)
 
 

@@ -18,7 +18,16 @@ from hpo.workloads.options import WorkloadOptions, build_options
 if TYPE_CHECKING:
     from hpo.workloads.base import Workload
 
-__all__ = ["BUILTIN_OPTIONS", "BUILTIN_WORKLOADS", "create_workload", "metrics_of", "parse_options", "resolve_factory"]
+__all__ = [
+    "BUILTIN_OPTIONS",
+    "BUILTIN_WORKLOADS",
+    "NEEDS_USER_FILES",
+    "SELF_CONTAINED_WORKLOADS",
+    "create_workload",
+    "metrics_of",
+    "parse_options",
+    "resolve_factory",
+]
 
 BUILTIN_WORKLOADS: dict[str, str] = {
     "text_classification": "hpo.workloads.text_classification:TextClassification",
@@ -28,6 +37,9 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "hf_text_classification": "hpo.workloads.hf_text_classification:HFTextClassification",
     "hf_causal_lm": "hpo.workloads.hf_causal_lm:HFCausalLM",
 }
+# Built-ins that train on the user's own checkpoint and data files: they have no run without them.
+NEEDS_USER_FILES = ("hf_text_classification", "hf_causal_lm")
+SELF_CONTAINED_WORKLOADS = tuple(name for name in BUILTIN_WORKLOADS if name not in NEEDS_USER_FILES)
 DIRECTIONS = ("minimize", "maximize")
 # Each module defines `Options` (the dataclass the workload class uses) and `METRICS`.
 BUILTIN_OPTIONS: dict[str, str] = {name: f"hpo.workloads.options.{name}" for name in BUILTIN_WORKLOADS}

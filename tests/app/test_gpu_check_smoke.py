@@ -77,6 +77,23 @@ def test_hpo_gpu_check_refuses_an_unknown_knob_value(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_hpo_gpu_check_runs_only_workloads_that_need_no_files_of_yours(tmp_path):
+    from hpo.app.cli import build_parser
+    from hpo.workloads.registry import BUILTIN_WORKLOADS, NEEDS_USER_FILES, parse_options
+
+    default = build_parser().parse_args(["gpu-check"]).workloads
+    assert set(default) == set(BUILTIN_WORKLOADS) - set(NEEDS_USER_FILES)
+    for name in default:
+        parse_options(name, {})  # each default workload builds with no options of the user's
+    for name in NEEDS_USER_FILES:  # each refused one really cannot
+        with pytest.raises(Exception, match="model_name_or_path"):
+            parse_options(name, {})
+    proc = _run([sys.executable, "-m", "hpo.app.cli", "gpu-check", "--workloads", "causal_lm", "hf_causal_lm"], tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "hf_causal_lm has none (it trains your checkpoint on your files)" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_script_writes_json_lines_and_markdown(tmp_path):
     proc = _script(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -10,7 +10,7 @@ import pytest
 from hpo.app.cli import build_parser
 from hpo.app.parser import TOP_DEFAULT
 
-PRINTS_RESULTS = {"validate", "run", "best", "export", "probe", "train", "doctor", "report"}
+PRINTS_RESULTS = {"validate", "run", "best", "export", "probe", "enqueue", "train", "doctor", "report"}
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -32,7 +32,7 @@ def test_the_commands_that_print_results_take_format_with_json_as_its_alias():
     have = {name for name, sub in _commands().items() if any(a.dest == "format" for a in sub._actions)}
     assert have == PRINTS_RESULTS
     needs = {"validate": ["s.yaml"], "run": ["s.yaml"], "probe": ["s.yaml"], "train": ["c.yaml"], "report": ["-o", "r.html"]}
-    needs |= {"best": ["--study", "s"], "export": ["--study", "s"]}
+    needs |= {"best": ["--study", "s"], "export": ["--study", "s"], "enqueue": ["--study", "s", "c.yaml"]}
     needs["report"] += ["--study", "s"]
     parser = build_parser()
     for name in PRINTS_RESULTS:

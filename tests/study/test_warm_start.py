@@ -3,6 +3,7 @@ B's space (a param B does not search is dropped; a value outside B's space skips
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,9 +44,12 @@ def test_the_best_of_one_study_start_another(tmp_path):
     b_space["params"] = {"lr": {"low": lrs[0] * 0.999, "high": lrs[1] * 1.001, "log": True}}
     (tmp_path / "b.yaml").write_text(yaml.safe_dump(b_space))
     out = _hpo("enqueue", "--from-study", "a", "--to-study", "b", "--space", "b.yaml", "--top", "3",
-               "--storage", f"sqlite:///{tmp_path / 'b.db'}", "--from-storage", url_a, cwd=tmp_path)  # fmt: skip
+               "--storage", f"sqlite:///{tmp_path / 'b.db'}", "--from-storage", url_a, "--format", "json", cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("enqueued in 'b'") == 2 and out.stdout.count("skipped, outside 'b''s space: lr=") == 1
+    rows = json.loads(out.stdout)
+    assert [r["source"] for r in rows] == [f"a trial {t.number}" for t in ranked]
+    assert [r["params"] for r in rows[:2]] == [{"lr": t.params["lr"]} for t in ranked[:2]] and rows[2]["params"] is None
+    assert rows[2]["skipped"].startswith("outside 'b''s space: lr=") and {r["study"] for r in rows} == {"b"}
 
     assert _hpo("run", "b.yaml", "--storage", f"sqlite:///{tmp_path / 'b.db'}", "--in-process", cwd=tmp_path).returncode == 0
     b = optuna.load_study(study_name="b", storage=f"sqlite:///{tmp_path / 'b.db'}")

@@ -1,0 +1,49 @@
+"""`hpo export --as hf|lightning|python`: the winning trial in the terms of the tool that will run it.
+
+Every output is built from the knobs the trial OBSERVED (`winner.py`): a knob the tool cannot
+express is said in a comment line, never dropped. One module per target tool.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+
+from hpo.app.export_as.hf import hf_arguments
+from hpo.app.export_as.lightning import lightning_arguments
+from hpo.app.export_as.python_loop import python_snippet
+from hpo.app.export_as.winner import HF_ATTN, Winner, winner_of
+from hpo.errors import UserInputError
+
+__all__ = ["FORMATS", "HF_ATTN", "Winner", "export_as", "hf_arguments", "lightning_arguments", "python_snippet", "winner_of"]
+
+FORMATS = ("hf", "lightning", "python")
+
+
+def export_as(trial: optuna.trial.FrozenTrial, fmt: str, output: Path | None) -> list[Path] | str:
+    """Write the trial in `fmt`'s terms to the folder `output` (the snippet: to the file, or
+    returned for printing when no output is given)."""
+    if fmt not in FORMATS:
+        raise UserInputError(f"--as must be one of {list(FORMATS)}, but got {fmt!r}")
+    w = winner_of(trial)
+    if fmt == "python":
+        snippet = python_snippet(w)
+        if output is None:
+            return snippet
+        output.write_text(snippet)
+        return [output]
+    if output is None:
+        raise UserInputError(f"--as {fmt} needs -o DIR: the folder to write its files to")
+    if output.exists() and not output.is_dir():
+        raise UserInputError(f"-o {output}: with --as {fmt} the output is a folder, and this is a file")
+    first, second, notes = hf_arguments(w) if fmt == "hf" else lightning_arguments(w)
+    names = ("training_args.json", "model_kwargs.json") if fmt == "hf" else ("trainer_kwargs.json", "optimizer_kwargs.json")
+    output.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in zip(names, (first, second)):
+        (output / name).write_text(json.dumps(content, indent=2) + "\n")
+        written.append(output / name)
+    (output / "NOTES.txt").write_text("\n".join(notes) + "\n")
+    return [*written, output / "NOTES.txt"]

@@ -1,0 +1,94 @@
+"""The trial to export, as it ran: its OBSERVED knobs (`knobs_observed`), never those it asked for,
+and its hyperparameters from its config. A trial whose evidence is missing for any knob is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import optuna
+
+from hpo.errors import UserInputError
+from hpo.knobs.registry import ATTENTION_SPECS, KNOB_NAMES
+from hpo.records import RecordKey
+
+__all__ = ["HF_ATTN", "Winner", "knobs_line", "winner_of"]
+
+# hpo attention value -> transformers attn_implementation (SDPA kernels are pinned around the step).
+HF_ATTN = {"eager": "eager", "flash_attn": "flash_attention_2", **{n: "sdpa" for n in ATTENTION_SPECS if n.startswith("sdpa")}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Winner:
+    """What a trial ran: observed knobs, its hyperparameters and where it ran."""
+
+    number: int
+    precision: str
+    attention: str
+    optimizer: str
+    grad_checkpointing: bool
+    compile: str | bool  # False, or the inductor mode the observed compiled graphs ran
+    compile_backend: str
+    lr: float
+    batch_size: int
+    weight_decay: float
+    warmup_steps: int
+    grad_clip: float
+    max_steps: int
+    seed: int
+    device: str
+    workload: dict[str, Any]
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device.startswith("cpu")
+
+    @property
+    def sdpa_kernel(self) -> str | None:
+        spec = ATTENTION_SPECS.get(self.attention)
+        return spec.sdpa_kernel if spec is not None else None
+
+
+def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
+    """The trial's observed knobs and hyperparameters; one line when its evidence is missing."""
+    attrs = trial.user_attrs
+    observed, config = attrs.get(RecordKey.KNOBS_OBSERVED) or {}, attrs.get(RecordKey.CONFIG) or {}
+    missing = [k for k in KNOB_NAMES if observed.get(k) is None]
+    if not config or missing:
+        raise UserInputError(
+            f"trial {trial.number}: no evidence for {missing or 'its config'} (knobs_observed: {observed or None}); "
+            f"hpo exports only what a trial was seen to run: pick a trial that trained (--trial N)"
+        )
+    if "+" in str(observed["attention"]) or str(observed["precision"]).startswith("mixed"):
+        raise UserInputError(
+            f"trial {trial.number}: it ran more than one kernel or dtype ({observed}); no single setting reproduces it"
+        )
+    if observed["attention"] not in HF_ATTN:
+        raise UserInputError(
+            f"trial {trial.number}: attention={observed['attention']} has no attn_implementation in transformers "
+            f"(hpo registers its own kernel for it); known: {sorted(HF_ATTN)}"
+        )
+    params, systems = config.get("params", {}), config.get("systems", {})
+    return Winner(
+        number=trial.number,
+        precision=observed["precision"],
+        attention=observed["attention"],
+        optimizer=observed["optimizer"],
+        grad_checkpointing=bool(observed["grad_checkpointing"]),
+        compile=(systems.get("compile") or "default") if observed["compile"] else False,
+        compile_backend=systems.get("compile_backend", "inductor"),
+        lr=float(params["lr"]),
+        batch_size=int(params["batch_size"]),
+        weight_decay=float(params.get("weight_decay", 0.0)),
+        warmup_steps=int(params.get("warmup_steps", 0)),
+        grad_clip=float(params.get("grad_clip", 1.0)),
+        max_steps=int(attrs.get(RecordKey.STEPS_RUN) or config["workload"]["max_steps"]),
+        seed=int(config.get("study", {}).get("seed", 0)),
+        device=str(attrs.get(RecordKey.DEVICE, "cpu")),
+        workload=dict(config.get("workload", {})),
+    )
+
+
+def knobs_line(w: Winner) -> str:
+    """The comment line every export starts with."""
+    return ", ".join(f"{k}={getattr(w, k)}" for k in KNOB_NAMES)
