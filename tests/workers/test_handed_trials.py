@@ -59,7 +59,9 @@ def test_the_trial_process_reads_no_trial_of_the_study_and_trains_with_the_param
     asked = storage.get_trial(trial_id).params
     assert set(asked) == {"lr"}
 
-    context = multiprocessing.get_context("fork")
+    # A fresh interpreter, as the forkserver's children are fresh of the test's state: a fork of
+    # pytest itself, after earlier tests ran torch's OpenMP pool, hangs in its first parallel op.
+    context = multiprocessing.get_context("spawn")
     here, there = context.Pipe(duplex=True)
     counts = tmp_path / "trial-reads"
     args = (str(counts), storage_url, STUDY, trial_id, "test-worker", there, None, None, 0.01)
