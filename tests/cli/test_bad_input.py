@@ -24,7 +24,7 @@ SECRET = "s3cret"
 
 GOOD = {
     "study": {"name": "bad-input", "sampler": {"name": "random", "seed": 0}, "n_trials": 2},
-    "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2},
+    "workload": {"name": "causal_lm", "max_steps": 2, "eval_every": 2},  # built-in: validated without torch
     "params": {"lr": {"low": 1.0e-4, "high": 1.0e-2, "log": True}, "batch_size": {"low": 8, "high": 32, "step": 8}},
     "systems": {"precision": "fp32", "attention": "eager", "optimizer": "forloop"},
 }
