@@ -32,10 +32,11 @@ def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
     rows, lines = [], []
     for started in warm_start(source, target, space, args.top):
         where = f"{args.from_study} trial {started.source_trial}"
-        rows.append(enqueued_json(args.study, where, started.params or None, None if started.params else started.why_skipped))
+        enqueued = started.params is not None  # {} when B searches none of A's params: still enqueued
+        rows.append(enqueued_json(args.study, where, started.params, None if enqueued else started.why_skipped))
         lines.append(
             f"{where}: enqueued in {args.study!r} with {started.params}"
-            if started.params
+            if enqueued
             else f"{where}: skipped, {started.why_skipped}"
         )
     show(args, rows, "\n".join(lines))
