@@ -113,6 +113,10 @@ def test_a_bug_in_hpo_exits_70_with_its_traceback(tmp_path):
     assert validate.stderr.strip().splitlines()[-1].startswith("hpo validate: internal error (exit 70)")
 
 
+def _sigint_at_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("sent", "code", "says"),
     [(signal.SIGINT, ExitCode.INTERRUPTED, "hpo: interrupted"), (signal.SIGTERM, ExitCode.TERMINATED, "SIGTERM: stopping")],
@@ -122,7 +126,12 @@ def test_a_run_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, sent, cod
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:
         cmd = [sys.executable, "-m", "hpo.app.cli", "run", str(space), "--in-process"]
-        run = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        # As a terminal's foreground job gets it: SIGINT at its default. A shell without job control
+        # starts a background job (and so this suite, and its children) with SIGINT ignored, and a
+        # Python started so never installs its KeyboardInterrupt handler (seen: CI launched by `(… &)`).
+        run = subprocess.Popen(
+            cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=err, text=True, preexec_fn=_sigint_at_default
+        )
         try:
             deadline = time.monotonic() + 240
             while "trial 0 step 3/" not in log.read_text() and run.poll() is None and time.monotonic() < deadline:
