@@ -91,7 +91,9 @@ def test_nan_loss_is_diverged_and_the_pruner_stops_a_lightning_trial():
 @pytest.mark.slow
 def test_two_trial_lightning_study_exports_and_retrains_through_lightning(tmp_path):
     space = yaml.safe_load((ROOT / "search_spaces" / "lightning_quickstart.yaml").read_text())
-    space["study"]["n_trials"] = 2
+    # The slow check is not what this test is about, and a host busy with other tests timed a
+    # retrain's steps 30x its reference's once (CI with two xdist workers): off, as `hpo train` reads it.
+    space["study"].update(n_trials=2, skip_slow=False)
     space["workload"].update(max_steps=8, eval_every=4, d_model=32, n_layers=1, seq_len=32, corpus_bytes=60000, eval_batches=2)
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), KINETO_LOG_LEVEL="5")
