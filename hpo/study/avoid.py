@@ -45,7 +45,7 @@ def _parts_of_trial(trial: FrozenTrial) -> Part | None:
     verdict = Verdict.parse(trial.user_attrs.get(RecordKey.VERDICT))
     if not verdict.avoidable:
         return None
-    if "verdict_implicates" in trial.user_attrs:
+    if RecordKey.VERDICT_IMPLICATES in trial.user_attrs:
         return Verdict.part_from_record(trial.user_attrs[RecordKey.VERDICT_IMPLICATES])
     # Trials recorded before verdicts named their parts: the whole knob combination is the part.
     knobs = trial.user_attrs.get(RecordKey.KNOBS_REQUESTED) or {}

@@ -8,7 +8,14 @@ import importlib
 import pytest
 
 from hpo.errors import UserInputError
-from hpo.workloads.registry import BUILTIN_OPTIONS, BUILTIN_WORKLOADS, metrics_of, parse_options, resolve_factory
+from hpo.workloads.registry import (
+    BUILTIN_OPTIONS,
+    BUILTIN_WORKLOADS,
+    NEEDS_USER_FILES,
+    metrics_of,
+    parse_options,
+    resolve_factory,
+)
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_WORKLOADS))
@@ -18,7 +25,7 @@ def test_the_workload_class_uses_its_options_module(name):
     assert factory.Options is options.Options
     assert factory.metrics == options.METRICS == metrics_of(name)
     assert set(metrics_of(name).values()) <= {"minimize", "maximize"}  # every built-in declares its directions
-    if not name.startswith("hf_"):  # those need the user's own files
+    if name not in NEEDS_USER_FILES:  # those need the user's own files
         assert isinstance(parse_options(name, {}), options.Options)
 
 
