@@ -86,7 +86,3 @@ def _is_storage_error(exc: Exception) -> bool:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

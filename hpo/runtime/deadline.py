@@ -3,10 +3,10 @@ and recorded as `timeout: ...` (FAIL, retried under `study.max_retries` like a c
 
 In a trial process (the default) its worker kills the process and everything it started, whatever
 the trial is doing (`hpo.runtime.child_trials.ChildTrials`). In-process (`--in-process`) there is no
-process to kill: `InProcessDeadline` raises `TrialTimeout` in the main thread from SIGALRM. That
-stops a Python-level hang (a loop, a sleep, a blocked read that Python retries), but not a hang
-inside C code that never returns to the interpreter (a deadlocked CUDA kernel or collective): only a
-trial process can be ended then.
+process to kill: `InProcessDeadline` raises `TrialTimeout` in the main thread from SIGALRM, once
+it is out of any storage call (`hpo.runtime.interrupts`). That stops a Python-level hang (a loop, a
+sleep, a blocked read that Python retries), but not a hang inside C code that never returns to the
+interpreter (a deadlocked CUDA kernel or collective): only a trial process can be ended then.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hpo.runtime.interrupts import RETRY_AFTER_S, in_storage_code
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["InProcessDeadline", "TrialTimeout", "timeout_verdict"]
@@ -72,4 +73,7 @@ class InProcessDeadline:
         return timeout_verdict(self.limit_s, time.monotonic() - self.started)
 
     def _ring(self, signum, frame) -> None:
+        if in_storage_code(frame):  # raising there could leave a transaction open: ring again once out
+            signal.setitimer(signal.ITIMER_REAL, RETRY_AFTER_S)  # disarming cancels it, as it does the limit
+            return
         raise TrialTimeout(str(self.verdict()))

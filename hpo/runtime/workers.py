@@ -21,6 +21,7 @@ from hpo.runtime.budget import ClaimKeeper, has_running, recover, require_budget
 from hpo.runtime.child import die_with_parent
 from hpo.runtime.child_trials import ChildTrials
 from hpo.runtime.in_process_trials import InProcessTrials
+from hpo.runtime.interrupts import in_storage_code, send_again
 from hpo.runtime.placement import default_workers, visible_gpus
 from hpo.runtime.quiet import quiet_optuna
 from hpo.runtime.reference_folders import remove_orphaned_folders
@@ -124,13 +125,21 @@ def stop_on_sigterm():
         yield
         return
 
+    resends: list[threading.Timer] = []
+
     def stop(signum, frame) -> None:
+        if not resends:
+            _log.warning("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker")
+        if in_storage_code(frame):  # raising here could leave a transaction open: again once out of it
+            resends.append(send_again(signum))
+            return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        _log.warning("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker")
         raise SystemExit(128 + signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
+        for timer in resends:
+            timer.cancel()
         signal.signal(signal.SIGTERM, previous)

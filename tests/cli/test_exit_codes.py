@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -143,3 +144,35 @@ def test_a_run_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, sent, cod
                 run.kill()
     assert run.returncode == code, log.read_text()[-2000:]
     assert says in log.read_text()
+
+
+# Sends SIGTERM from inside the commit of the first intermediate value the main thread stores, so
+# the signal's handler runs inside SQLAlchemy's commit (raising there had left SQLite's write lock
+# held: the worker's clean-up failed, and it exited 3, as seen once in CI).
+SIGTERM_IN_A_COMMIT = """
+import os, signal, sys, threading
+import sqlalchemy
+from sqlalchemy.engine import Engine
+sent = []
+@sqlalchemy.event.listens_for(Engine, "commit")
+def _terminate_inside(conn):
+    if sent or threading.current_thread() is not threading.main_thread():
+        return
+    frame = sys._getframe()
+    while frame is not None and frame.f_code.co_name != "set_trial_intermediate_value":
+        frame = frame.f_back
+    if frame is not None:
+        sent.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_sigterm_that_arrives_inside_a_storage_commit_still_exits_143_and_queues_the_retry(tmp_path):
+    space = _space(tmp_path, "fp32", max_steps=1_000_000)
+    run = _with_fault(tmp_path, f"exec({SIGTERM_IN_A_COMMIT!r})", ["run", str(space), "--in-process"])
+    assert run.returncode == ExitCode.TERMINATED, run.stderr[-2000:]
+    assert "trial 0 crashed: its worker was stopped (SIGTERM or exit); retrying" in run.stderr
+    study = optuna.load_study(study_name="codes", storage=f"sqlite:///{tmp_path / 'studies' / 'codes.db'}")
+    stopped, retry = study.trials
+    assert stopped.state == optuna.trial.TrialState.FAIL and stopped.intermediate_values  # the interrupted commit landed
+    assert retry.state == optuna.trial.TrialState.WAITING and retry.params == stopped.params
