@@ -115,6 +115,11 @@ class TrialRecord(_Record):
         description="the trial's fastest steady training step over the fp32/eager reference's step: what the slow check "
         "judged (on a Lightning trial, the probe's timed step)",
     )
+    slow_not_confirmed: str | None = Field(
+        None,
+        description="what the slow check first measured, when timing the knobs again beside the reference found "
+        "nothing slow (a busy machine): the trial then trained again from its first step without the check",
+    )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
     probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")
     train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
@@ -183,6 +188,7 @@ class RecordKey:
     ERROR_TRACEBACK = "error_traceback"
     PROBE_REFERENCE_REUSED = "probe_reference_reused"
     SLOWDOWN = "slowdown"
+    SLOW_NOT_CONFIRMED = "slow_not_confirmed"
     PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
     PROBE_GRAD_REL_ERR = "probe_grad_rel_err"
     TRAIN_SAMPLES_PER_S = "train_samples_per_s"

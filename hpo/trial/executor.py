@@ -24,7 +24,7 @@ from hpo.records import RecordKey
 from hpo.trial.outcome import TrialOutcome, ended, known_verdict
 from hpo.trial.phases import Phases
 from hpo.trial.run import TrialRun
-from hpo.trial.slowdown import record_speed, slow_limit, slow_outcome
+from hpo.trial.slowdown import prove_too_slow, record_speed, slow_limit
 from hpo.trial.speed import objective_values, speed_attrs
 from hpo.trial.trainer import EvalCallback, TooSlow, train
 from hpo.verdicts import Kind, Verdict
@@ -66,8 +66,6 @@ def _outcome(run: TrialRun) -> TrialOutcome:
         return _verify_and_train(run)
     except KnobUnavailable as exc:  # a knob found unusable while training (a Lightning module's optimizer)
         return ended(exc.verdict, run.attrs)
-    except TooSlow as exc:
-        return slow_outcome(run, exc)
     except TrialRejected as exc:
         run.attrs[RecordKey.KNOBS_OBSERVED] = exc.observed or run.attrs.get(RecordKey.KNOBS_OBSERVED, {})
         return ended(exc.verdict, run.attrs)
@@ -140,21 +138,37 @@ def _train_with_lightning(run: TrialRun) -> None:
 def _train_with_hpo(run: TrialRun) -> None:
     config = run.config
     if run.model is None:  # the verdict was cached: no probe built the model
-        with run.phases("build"):
-            seed_everything(config.seed)  # the weights the probe's reference would start from
-            run.model = AssembledModel(run.workload, config.knobs, config.training, run.device)
+        _build_model(run)
     # Seeded again, so training draws the same dropout and batches whether the model was built
     # just now or handed on by the probe.
     seed_everything(config.seed)
     run.slow_limit = slow_limit(run)
     try:
         run.result = train(run.model, config, run.on_eval, run.slow_limit if config.skip_slow else None)
+    except TooSlow as exc:
+        run.model = None  # before the proof times other knobs
+        proven = prove_too_slow(run, exc)
+        if proven is not None:
+            raise TooSlow(proven, exc.observed, exc.step_ms) from None
+        # Timed again beside the reference, nothing was slow: the first steps met a busy machine,
+        # which says nothing about the knobs. Trained again from the start, without the check, so
+        # that the trial's result is its knobs' and not a verdict that nothing proved.
+        run.attrs[RecordKey.SLOW_NOT_CONFIRMED] = exc.verdict.detail
+        _build_model(run)
+        seed_everything(config.seed)
+        run.result = train(run.model, config, run.on_eval, None)
     finally:
-        run.model = None  # before a slow verdict times other knobs, and before the next trial
+        run.model = None  # before the next trial
     record_speed(run)
     run.phases.add("train", run.result.train_s)
     run.phases.add("evidence", run.result.evidence_s)
     run.phases.add("eval", run.result.eval_s)
+
+
+def _build_model(run: TrialRun) -> None:
+    with run.phases("build"):
+        seed_everything(run.config.seed)  # the weights the probe's reference would start from
+        run.model = AssembledModel(run.workload, run.config.knobs, run.config.training, run.device)
 
 
 def _record_training(run: TrialRun) -> None:

@@ -30,9 +30,8 @@ class TrialOutcome:
 
 def ended(verdict: Verdict, attrs: dict) -> TrialOutcome:
     """A trial that did not train normally; what its verdict implicates is recorded beside it. An
-    avoidable verdict that names no part (a slow trial not slow when timed again) records an empty
-    list: with none, the avoidance would take the whole combination, as for trials recorded before
-    verdicts named their parts."""
+    avoidable verdict that names no part records an empty list: with none, the avoidance would take
+    the whole combination, as for trials recorded before verdicts named their parts."""
     if verdict.implicates or verdict.avoidable:
         attrs[RecordKey.VERDICT_IMPLICATES] = verdict.implicated_record()
     return TrialOutcome(verdict=verdict, values=None, attrs=attrs)

@@ -1,11 +1,10 @@
 """The executor's steps for the slow check (`study.skip_slow`): the trial's slow limit, the slowdown
-it records, and the outcome of a trial whose first steady steps were too slow."""
+it records, and the proof for a trial whose first steady steps were too slow."""
 
 from __future__ import annotations
 
 from hpo.hardware.memory import free_memory
 from hpo.records import RecordKey
-from hpo.trial.outcome import TrialOutcome, ended
 from hpo.trial.run import TrialRun
 from hpo.trial.trainer import TooSlow
 from hpo.verdicts import Kind, Verdict
@@ -15,24 +14,22 @@ from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.verify.speed import prove_slow
 
-__all__ = ["record_speed", "slow_limit", "slow_outcome"]
+__all__ = ["prove_too_slow", "record_speed", "slow_limit"]
 
 
-def slow_outcome(run: TrialRun, exc: TooSlow) -> TrialOutcome:
-    """The trial's first steady steps were too slow. Cached, implicating only the values that
-    are slow on their own when timed (`prove_slow`); when the whole combination is not slow
-    when timed again, the trial still ends slow, but nothing is cached or avoided."""
+def prove_too_slow(run: TrialRun, exc: TooSlow) -> Verdict | None:
+    """The trial's first steady steps were too slow: the `slow` verdict of the values that are slow
+    on their own when timed beside the reference (`prove_slow`), cached; None when not even the
+    whole combination is slow timed again (the first steps met a busy machine)."""
     limit, batch_size = run.slow_limit, run.config.training.batch_size
     slowdown = limit.slowdown(exc.step_ms)
     run.attrs.update({RecordKey.SLOWDOWN: slowdown, RecordKey.KNOBS_OBSERVED: exc.observed})
     free_memory(run.device)
     with run.phases("probe"):
         proven = prove_slow(run.workload, run.config, run.device, limit)
-    if proven is None:
-        detail = f"{exc.verdict.detail}; not slow when timed again, so nothing is cached"
-        return ended(Verdict(Kind.SLOW, detail), run.attrs)
-    run.verdicts.add(speed_key(run.key, batch_size), speed_fact(proven, slowdown, exc.step_ms, batch_size))
-    return ended(proven, run.attrs)
+    if proven is not None:
+        run.verdicts.add(speed_key(run.key, batch_size), speed_fact(proven, slowdown, exc.step_ms, batch_size))
+    return proven
 
 
 def record_speed(run: TrialRun) -> None:

@@ -6,11 +6,15 @@ bf16 on a CPU without avx512_bf16 makes every combination that contains it slow,
 attention or optimizer. So before a `slow` verdict is cached, the differing values are timed from
 the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and only the subset that is
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
-first measurement was noise (a busy machine) and nothing is cached.
+first measurement was noise (a busy machine) and nothing is cached. Each timing is paired with a
+reference step timed just before it, so a machine busier than when the reference was first timed
+does not make a value look slow.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 
 import torch
@@ -21,6 +25,7 @@ from hpo.engine.step import run_step
 from hpo.hardware.runtime import seed_everything, synchronize
 from hpo.verdicts import Verdict
 from hpo.verify.blame import isolate
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.workloads.base import Batch, Workload
 
@@ -59,11 +64,17 @@ def time_knobs(
 
 def prove_slow(workload: Workload, config: TrialConfig, device: torch.device, limit: SlowLimit) -> Verdict | None:
     """The `slow` verdict of the smallest subset of the trial's knobs that is slow on its own at the
-    trial's batch size; None when not even the whole combination is slow when timed again."""
+    trial's batch size; None when not even the whole combination is slow when timed again.
+
+    Each subset is compared with the reference timed just before it, not with `limit`'s stored
+    reference time: that was measured at another moment, and a machine busier now than then (another
+    worker, another job) would make every subset look slow, and the first one tried be cached as
+    slow for the whole study."""
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
-    budget_ms = limit.reference_ms * limit.ratio
 
     def slow(knobs: Knobs) -> Verdict | None:
-        return limit.verdict(knobs, time_knobs(workload, config, knobs, device, batch, budget_ms))
+        reference_ms = time_knobs(workload, config, REFERENCE_KNOBS, device, batch, budget_ms=math.inf)
+        now = dataclasses.replace(limit, reference_ms=reference_ms)
+        return now.verdict(knobs, time_knobs(workload, config, knobs, device, batch, reference_ms * limit.ratio))
 
     return isolate(config.knobs, slow)
