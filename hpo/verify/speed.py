@@ -7,8 +7,8 @@ attention or optimizer. So before a `slow` verdict is cached, the differing valu
 the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and only the subset that is
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
 first measurement was noise (a busy machine) and nothing is cached. Each timing is paired with a
-reference step timed just before it, so a machine busier than when the reference was first timed
-does not make a value look slow.
+reference step timed just before it, in three rounds (the fastest of each side), so neither a machine
+busier than when the reference was first timed nor a burst of load makes a value look slow.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ from hpo.workloads.base import Batch, Workload
 __all__ = ["fastest_step_ms", "prove_slow", "time_knobs"]
 
 TIMED_STEPS = 2  # the fastest of two warm steps: noise only ever adds time
+# Rounds of (reference, knobs) timings a subset must be slow in, each against the fastest of all so
+# far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing.
+PROOF_ROUNDS = 3
 
 
 def fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float) -> float:
@@ -66,15 +69,19 @@ def prove_slow(workload: Workload, config: TrialConfig, device: torch.device, li
     """The `slow` verdict of the smallest subset of the trial's knobs that is slow on its own at the
     trial's batch size; None when not even the whole combination is slow when timed again.
 
-    Each subset is compared with the reference timed just before it, not with `limit`'s stored
-    reference time: that was measured at another moment, and a machine busier now than then (another
-    worker, another job) would make every subset look slow, and the first one tried be cached as
-    slow for the whole study."""
+    Each subset is compared with the reference timed just before it, in `PROOF_ROUNDS` rounds, not
+    with `limit`'s stored reference time: that was measured at another moment, and a machine busier
+    now than then (another worker, another job) would make every subset look slow, and the first
+    one tried be cached as slow for the whole study."""
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
 
     def slow(knobs: Knobs) -> Verdict | None:
-        reference_ms = time_knobs(workload, config, REFERENCE_KNOBS, device, batch, budget_ms=math.inf)
-        now = dataclasses.replace(limit, reference_ms=reference_ms)
-        return now.verdict(knobs, time_knobs(workload, config, knobs, device, batch, reference_ms * limit.ratio))
+        reference_ms = knobs_ms = math.inf
+        for _ in range(PROOF_ROUNDS):  # a burst of load must slow every round of the knobs to count
+            reference_ms = min(reference_ms, time_knobs(workload, config, REFERENCE_KNOBS, device, batch, math.inf))
+            knobs_ms = min(knobs_ms, time_knobs(workload, config, knobs, device, batch, reference_ms * limit.ratio))
+            if knobs_ms <= reference_ms * limit.ratio:
+                return None
+        return dataclasses.replace(limit, reference_ms=reference_ms).verdict(knobs, knobs_ms)
 
     return isolate(config.knobs, slow)
