@@ -26,12 +26,13 @@ from hpo.trial.phases import Phases
 from hpo.trial.run import TrialRun
 from hpo.trial.slowdown import prove_too_slow, record_speed, slow_limit
 from hpo.trial.speed import objective_values, speed_attrs
-from hpo.trial.trainer import EvalCallback, TooSlow, train
+from hpo.trial.trainer import EvalCallback, TooSlow, TrainResult, train
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import VerdictStore
 from hpo.verify.compared import ReferenceFiles
 from hpo.verify.probe import run_probe
 from hpo.verify.probe_result import ProbeResult, keep_probe
+from hpo.verify.slow import SlowLimit
 from hpo.workloads.registry import create_workload
 
 __all__ = ["TrialOutcome", "execute"]
@@ -136,15 +137,9 @@ def _train_with_lightning(run: TrialRun) -> None:
 
 
 def _train_with_hpo(run: TrialRun) -> None:
-    config = run.config
-    if run.model is None:  # the verdict was cached: no probe built the model
-        _build_model(run)
-    # Seeded again, so training draws the same dropout and batches whether the model was built
-    # just now or handed on by the probe.
-    seed_everything(config.seed)
     run.slow_limit = slow_limit(run)
     try:
-        run.result = train(run.model, config, run.on_eval, run.slow_limit if config.skip_slow else None)
+        run.result = _train_from_start(run, run.slow_limit if run.config.skip_slow else None)
     except TooSlow as exc:
         run.model = None  # before the proof times other knobs
         proven = prove_too_slow(run, exc)
@@ -154,9 +149,7 @@ def _train_with_hpo(run: TrialRun) -> None:
         # which says nothing about the knobs. Trained again from the start, without the check, so
         # that the trial's result is its knobs' and not a verdict that nothing proved.
         run.attrs[RecordKey.SLOW_NOT_CONFIRMED] = exc.verdict.detail
-        _build_model(run)
-        seed_everything(config.seed)
-        run.result = train(run.model, config, run.on_eval, None)
+        run.result = _train_from_start(run, None)
     finally:
         run.model = None  # before the next trial
     record_speed(run)
@@ -165,10 +158,15 @@ def _train_with_hpo(run: TrialRun) -> None:
     run.phases.add("eval", run.result.eval_s)
 
 
-def _build_model(run: TrialRun) -> None:
-    with run.phases("build"):
-        seed_everything(run.config.seed)  # the weights the probe's reference would start from
-        run.model = AssembledModel(run.workload, run.config.knobs, run.config.training, run.device)
+def _train_from_start(run: TrialRun, slow: SlowLimit | None) -> TrainResult:
+    if run.model is None:  # the verdict was cached (no probe built the model), or a slow check ended it
+        with run.phases("build"):
+            seed_everything(run.config.seed)  # the weights the probe's reference would start from
+            run.model = AssembledModel(run.workload, run.config.knobs, run.config.training, run.device)
+    # Seeded again, so training draws the same dropout and batches whether the model was built
+    # just now or handed on by the probe.
+    seed_everything(run.config.seed)
+    return train(run.model, run.config, run.on_eval, slow)
 
 
 def _record_training(run: TrialRun) -> None:
