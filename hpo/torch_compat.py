@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 __all__ = [
     "PRELOADED_TORCH_MODULES",
     "cpu_has_native_bf16",
+    "COMPILE_PROFILER_RANGES",
+    "compile_cache_key_tag",
     "cpu_has_native_fp16",
     "dynamo_backend",
     "fail_on_recompile_limit",
@@ -85,6 +87,27 @@ def inductor_backend(mode: str):
     import torch
 
     return torch._TorchCompileInductorWrapper(mode, None, False)
+
+
+# The profiler ranges torch opens around compilation (torch 2.13.0, `dynamo_timed` in
+# torch/_dynamo/utils.py names each "<key> (dynamo_timed)"): Dynamo's frame compile, which holds its
+# fake-tensor trace, AOTAutograd's and Inductor's; and the lazy backward compile, run inside the first
+# backward. Ops recorded inside them were traced, not executed. If the names change, a compiled
+# step's evidence counts trace-time ops again (tests/evidence/test_trace_time_ops.py fails): read
+# `dynamo_timed` and the calls of it in convert_frame.py and _aot_autograd/runtime_wrappers.py.
+COMPILE_PROFILER_RANGES = ("_compile.compile_inner (dynamo_timed)", "backward._backward_impl (dynamo_timed)")
+
+
+def compile_cache_key_tag(tag: str) -> contextlib.AbstractContextManager:
+    """A context in which every torch.compile cache key (AOTAutograd's, the FX graph cache's, PGO's)
+    includes `tag`, after any tag the user set (TORCH_COMPILE_CACHE_KEY_TAG). torch 2.13.0:
+    `torch.compiler.config.cache_key_tag` ("a common use case for such a tag is to break caches"),
+    read when each key is computed; public but not in that module's `__all__`. If it disappears, give
+    each knob combination its own TORCHINDUCTOR_CACHE_DIR instead, set before its first compile."""
+    import torch
+
+    user = torch.compiler.config.cache_key_tag
+    return torch.compiler.config.patch(cache_key_tag=f"{user}|{tag}" if user else tag)
 
 
 def dynamo_backend(name: str):

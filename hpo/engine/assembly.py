@@ -52,7 +52,9 @@ class AssembledModel:
             count_block_runs(blocks, self.recompute)
         self.graphs = GraphRecord()
         self.forward_model = (
-            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs) if knobs.compile else self.model
+            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs, knobs=knobs.as_dict())
+            if knobs.compile
+            else self.model
         )
         self._fresh_training_state()
 

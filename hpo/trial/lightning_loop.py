@@ -109,7 +109,9 @@ def train_lightning(
         count_block_runs(blocks, recompute)
     original = module.configure_optimizers
     module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
-    fitted = compile_model(module, knobs.compile, training.compile_backend, graphs) if knobs.compile else module
+    fitted = (
+        compile_model(module, knobs.compile, training.compile_backend, graphs, knobs=knobs.as_dict()) if knobs.compile else module
+    )
     view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device))
     callback = callback_class()(view, config, workload, on_eval)
     train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
