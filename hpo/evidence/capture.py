@@ -12,6 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 from hpo.engine.assembly import AssembledModel
 from hpo.evidence.dispatch import MatmulDtypeRecorder
 from hpo.evidence.observe import StepEvidence
+from hpo.torch_compat import COMPILE_PROFILER_RANGES
 
 
 @contextlib.contextmanager
@@ -44,17 +45,28 @@ def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
 
 
 def ops_seen(prof: profile, inside: str) -> tuple[set[str], set[str]]:
-    """Every op name the profiler saw, and those that ran within a range whose name starts with
-    `inside` on the same thread. Read from the raw kineto events: `prof.events()` builds the full
-    event tree in Python, 0.3-0.4 s for a MiniLM step here, more than the step itself."""
+    """Every op name the profiler saw execute, and those that ran within a range whose name starts
+    with `inside` on the same thread. Ops recorded while torch.compile traced or compiled (Dynamo's
+    fake-tensor trace, AOTAutograd's, a lazy backward compile) are left out: they show what was
+    traced under the knobs, not what ran, and a graph served from a cache need not match them. Read
+    from the raw kineto events: `prof.events()` builds the full event tree in Python, 0.3-0.4 s for
+    a MiniLM step here, more than the step itself."""
     raw = [(e.name(), e.start_thread_id(), e.start_ns(), e.end_ns()) for e in prof.profiler.kineto_results.events()]
-    ranges = [(thread, start, end) for name, thread, start, end in raw if name.startswith(inside)]
-    within = {
-        name
-        for name, thread, start, end in raw
-        if not name.startswith(inside) and any(thread == t and s <= start and end <= e for t, s, e in ranges)
-    }
-    return {name for name, *_ in raw}, within
+    compiling = _ranges(raw, lambda name: name in COMPILE_PROFILER_RANGES)
+    executed = [event for event in raw if event[0] not in COMPILE_PROFILER_RANGES and not _within(event, compiling)]
+    ranges = _ranges(executed, lambda name: name.startswith(inside))
+    within = {event[0] for event in executed if not event[0].startswith(inside) and _within(event, ranges)}
+    return {name for name, *_ in executed}, within
+
+
+def _ranges(raw: list[tuple], named) -> list[tuple[int, int, int]]:
+    """(thread, start, end) of each event whose name satisfies `named`."""
+    return [(thread, start, end) for name, thread, start, end in raw if named(name)]
+
+
+def _within(event: tuple, ranges: list[tuple[int, int, int]]) -> bool:
+    _, thread, start, end = event
+    return any(thread == t and s <= start and end <= e for t, s, e in ranges)
 
 
 @contextlib.contextmanager
