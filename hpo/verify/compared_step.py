@@ -20,7 +20,7 @@ from hpo.torch_compat import foreach_div, foreach_norm, foreach_sub
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.blame import isolate
 from hpo.verify.compared import ComparedReference
-from hpo.verify.known_failures import is_sticky_device_error, match_known_failure
+from hpo.verify.known_failures import is_sticky_device_error, match_known_failure, real_cause
 from hpo.verify.probe_result import ProbeResult
 from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
 from hpo.verify.tolerances import TOLERANCES
@@ -80,8 +80,8 @@ class ComparedSteps:
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise  # the device is unusable until this process ends: an error, never the knobs'
-            known = match_known_failure(exc, knobs)
-            return trial, _Failure(f"{type(exc).__name__}: {_first_line(exc)}", known, "contract" if known else None, exc)
+            known, cause = match_known_failure(exc, knobs), real_cause(exc)  # not Dynamo's wrapper
+            return trial, _Failure(f"{type(cause).__name__}: {_first_line(cause)}", known, "contract" if known else None, exc)
         if evidence:
             self.result.observed = observed_knobs(seen)
             problems = mismatches(knobs, self.result.observed)

@@ -18,7 +18,7 @@ from hpo.config.trial import Knobs
 from hpo.errors import KnobUnavailable
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["KNOWN_FAILURES", "KnownFailure", "is_sticky_device_error", "match_known_failure"]
+__all__ = ["KNOWN_FAILURES", "KnownFailure", "is_sticky_device_error", "match_known_failure", "real_cause"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +126,14 @@ _COMPILE_TYPES = frozenset(
 )
 _COMPILE_SOURCE = "pytorch torch/_dynamo/exc.py, torch/_inductor/exc.py (torch 2.13)"
 
+# Dynamo's exceptions all derive from this class (torch/_dynamo/exc.py, torch 2.13). An op that
+# raises while Dynamo traces it with fake tensors surfaces as TorchRuntimeError "RuntimeError when
+# making fake tensor call", raised `from None` over an Unsupported whose __cause__ is the op's own
+# error (`_wrap_graph_break_with_torch_runtime_err`, torch/_dynamo/utils.py): the op's error is the
+# failure, Dynamo only traced it, so it is neither a compile failure nor the message to record.
+_DYNAMO_BASE = "TorchDynamoException"
+_OP_FAILED_WHILE_TRACING = "TorchRuntimeError"
+
 _STICKY = re.compile(
     r"CUDA error: |CUBLAS_STATUS_(ALLOC_FAILED|EXECUTION_FAILED|INTERNAL_ERROR)|CUDNN_STATUS_(EXECUTION_FAILED|INTERNAL_ERROR)"
     r"|cuDNN error: CUDNN_STATUS|device-side assert triggered|an illegal memory access was encountered",
@@ -136,21 +144,46 @@ _STICKY = re.compile(
 def match_known_failure(exc: BaseException, knobs: Knobs) -> Verdict | None:
     """The `incompatible` verdict of a known knob failure, implicating exactly the value (or the
     value with the precision) at fault; None for anything else, sticky device errors included.
-    Wrappers are looked through: dynamo's BackendCompilerFailed, `raise ... from`."""
+    Wrappers are looked through (dynamo's BackendCompilerFailed and fake-tensor TorchRuntimeError,
+    `raise ... from`): a refusal under compile earns the same verdict, with the same message, as
+    without it."""
     chain = list(_chain(exc))
     if any(is_sticky_device_error(e) for e in chain):
         return None
     for e in chain:
         if isinstance(e, KnobUnavailable):
             return e.verdict
-    for e in chain:
+    # The errors themselves first: a Dynamo wrapper's text repeats its cause among hints.
+    for e in sorted(chain, key=_is_dynamo_wrapper):
         for failure in KNOWN_FAILURES:
             if failure.matches(e):
                 return _verdict(failure.name, failure.knob, failure.with_precision, knobs, e, failure.kind)
-    for e in chain:
+    for e in _compile_failures(chain):
         if knobs.compile and {cls.__name__ for cls in type(e).__mro__} & _COMPILE_TYPES:
             return _verdict("compile_failed", "compile", False, knobs, e, Kind.INCOMPATIBLE)
     return None
+
+
+def real_cause(exc: BaseException) -> BaseException:
+    """The error under Dynamo's wrappers (the op that refused while traced, the backend's own
+    failure), or `exc` itself when it wraps nothing: what a failure's message should say."""
+    for e in _chain(exc):
+        if not _is_dynamo_wrapper(e):
+            return e
+    return exc
+
+
+def _is_dynamo_wrapper(exc: BaseException) -> bool:
+    return _DYNAMO_BASE in {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _compile_failures(chain: list[BaseException]) -> list[BaseException]:
+    """The part of the chain that can be torch.compile's own failure: none past an op's error
+    raised while tracing (its Unsupported says only that the op failed)."""
+    for i, e in enumerate(chain):
+        if type(e).__name__ == _OP_FAILED_WHILE_TRACING:
+            return chain[:i]
+    return chain
 
 
 def is_sticky_device_error(exc: BaseException) -> bool:
@@ -179,10 +212,12 @@ def _message(exc: BaseException) -> str:
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception, then what it wraps (dynamo's `inner_exception`, `__cause__`), outermost first."""
+    """The exception, then what it wraps (dynamo's `inner_exception`, `__cause__`, and the context
+    Dynamo hides with `raise ... from None`), outermost first."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = getattr(current, "inner_exception", None) or current.__cause__
+        hidden = current.__context__ if _is_dynamo_wrapper(current) and current.__suppress_context__ else None
+        current = getattr(current, "inner_exception", None) or current.__cause__ or hidden
