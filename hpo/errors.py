@@ -8,7 +8,7 @@ are verdicts about a trial: they are recorded on the trial, never printed as war
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import Any
 
@@ -115,6 +115,7 @@ TRACEBACK_CHARS = 4000
 
 
 def error_verdict(exc: BaseException) -> Verdict:
+    exc = real_cause(exc)  # an op's error, not the first line of torch.compile's wrapper around it
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
 
@@ -122,3 +123,33 @@ def error_verdict(exc: BaseException) -> Verdict:
 def short_traceback(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(exc))
     return text if len(text) <= TRACEBACK_CHARS else "...\n" + text[-TRACEBACK_CHARS:]
+
+
+# torch.compile's exceptions all derive from this class (torch/_dynamo/exc.py, torch 2.13), matched
+# by name so that this module imports no torch. An op that raises while Dynamo traces it with fake
+# tensors surfaces as TorchRuntimeError "RuntimeError when making fake tensor call", raised `from
+# None` over an Unsupported whose __cause__ is the op's own error (torch/_dynamo/utils.py,
+# `_wrap_graph_break_with_torch_runtime_err`); BackendCompilerFailed keeps its as `inner_exception`.
+DYNAMO_BASE = "TorchDynamoException"
+
+
+def is_dynamo_wrapper(exc: BaseException) -> bool:
+    return DYNAMO_BASE in {cls.__name__ for cls in type(exc).__mro__}
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, then what it wraps (dynamo's `inner_exception`, `__cause__`, and the context
+    Dynamo hides with `raise ... from None`), outermost first."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        hidden = current.__context__ if is_dynamo_wrapper(current) and current.__suppress_context__ else None
+        current = getattr(current, "inner_exception", None) or current.__cause__ or hidden
+
+
+def real_cause(exc: BaseException) -> BaseException:
+    """The error under torch.compile's wrappers (the op that refused while traced, the backend's
+    own failure), or `exc` itself when it wraps nothing: what a failure's message should say."""
+    return next((e for e in exception_chain(exc) if not is_dynamo_wrapper(e)), exc)

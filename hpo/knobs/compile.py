@@ -6,6 +6,11 @@ kernels enabled at that moment. torch's on-disk caches (AOTAutograd's, keyed on 
 which `scaled_dot_product_attention` is one call whatever kernel serves it) do not hash the SDPA
 kernel selection: without the tag, a graph compiled under one kernel served a process pinned to
 another (the H200 run of 2026-11-26, bf16 + sdpa_flash "ran sdpa_cudnn+sdpa_flash").
+
+In one process, Dynamo's own cache does not guard on the SDPA kernel selection either (a pin set
+outside the compiled region is not traced); but each model is compiled with a recording backend of
+its own, and Dynamo runs no graph compiled for another backend (its backend-match guard), so the
+models of two trials never share graphs.
 """
 
 from __future__ import annotations

@@ -11,11 +11,10 @@ are errors of the trial, never knob verdicts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hpo.config.trial import Knobs
-from hpo.errors import KnobUnavailable
+from hpo.errors import KnobUnavailable, exception_chain, is_dynamo_wrapper, real_cause
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["KNOWN_FAILURES", "KnownFailure", "is_sticky_device_error", "match_known_failure", "real_cause"]
@@ -126,12 +125,8 @@ _COMPILE_TYPES = frozenset(
 )
 _COMPILE_SOURCE = "pytorch torch/_dynamo/exc.py, torch/_inductor/exc.py (torch 2.13)"
 
-# Dynamo's exceptions all derive from this class (torch/_dynamo/exc.py, torch 2.13). An op that
-# raises while Dynamo traces it with fake tensors surfaces as TorchRuntimeError "RuntimeError when
-# making fake tensor call", raised `from None` over an Unsupported whose __cause__ is the op's own
-# error (`_wrap_graph_break_with_torch_runtime_err`, torch/_dynamo/utils.py): the op's error is the
-# failure, Dynamo only traced it, so it is neither a compile failure nor the message to record.
-_DYNAMO_BASE = "TorchDynamoException"
+# An op that raised while Dynamo traced it (`hpo.errors.exception_chain` looks through the wrapper):
+# the op's error is the failure, Dynamo only traced it, so it is never compile's own failure.
 _OP_FAILED_WHILE_TRACING = "TorchRuntimeError"
 
 _STICKY = re.compile(
@@ -147,14 +142,14 @@ def match_known_failure(exc: BaseException, knobs: Knobs) -> Verdict | None:
     Wrappers are looked through (dynamo's BackendCompilerFailed and fake-tensor TorchRuntimeError,
     `raise ... from`): a refusal under compile earns the same verdict, with the same message, as
     without it."""
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))
     if any(is_sticky_device_error(e) for e in chain):
         return None
     for e in chain:
         if isinstance(e, KnobUnavailable):
             return e.verdict
     # The errors themselves first: a Dynamo wrapper's text repeats its cause among hints.
-    for e in sorted(chain, key=_is_dynamo_wrapper):
+    for e in sorted(chain, key=is_dynamo_wrapper):
         for failure in KNOWN_FAILURES:
             if failure.matches(e):
                 return _verdict(failure.name, failure.knob, failure.with_precision, knobs, e, failure.kind)
@@ -162,19 +157,6 @@ def match_known_failure(exc: BaseException, knobs: Knobs) -> Verdict | None:
         if knobs.compile and {cls.__name__ for cls in type(e).__mro__} & _COMPILE_TYPES:
             return _verdict("compile_failed", "compile", False, knobs, e, Kind.INCOMPATIBLE)
     return None
-
-
-def real_cause(exc: BaseException) -> BaseException:
-    """The error under Dynamo's wrappers (the op that refused while traced, the backend's own
-    failure), or `exc` itself when it wraps nothing: what a failure's message should say."""
-    for e in _chain(exc):
-        if not _is_dynamo_wrapper(e):
-            return e
-    return exc
-
-
-def _is_dynamo_wrapper(exc: BaseException) -> bool:
-    return _DYNAMO_BASE in {cls.__name__ for cls in type(exc).__mro__}
 
 
 def _compile_failures(chain: list[BaseException]) -> list[BaseException]:
@@ -189,7 +171,7 @@ def _compile_failures(chain: list[BaseException]) -> list[BaseException]:
 def is_sticky_device_error(exc: BaseException) -> bool:
     """A CUDA error after which the process's CUDA context cannot be trusted (an illegal memory
     access, a device-side assert, a cuBLAS/cuDNN execution or allocation failure)."""
-    return any(_STICKY.search(str(e)) for e in _chain(exc))
+    return any(_STICKY.search(str(e)) for e in exception_chain(exc))
 
 
 def _verdict(name: str, knob: str, with_precision: bool, knobs: Knobs, exc: BaseException, kind: Kind) -> Verdict:
@@ -205,19 +187,7 @@ def _message(exc: BaseException) -> str:
     """The first line of each exception in the chain from `exc`: a wrapper such as
     BackendCompilerFailed says only "backend=... raised:", its inner exception says why."""
     lines = []
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         lines.append(first if e is exc else f"{type(e).__name__}: {first}")
     return " ".join(lines)[:300]
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception, then what it wraps (dynamo's `inner_exception`, `__cause__`, and the context
-    Dynamo hides with `raise ... from None`), outermost first."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        hidden = current.__context__ if _is_dynamo_wrapper(current) and current.__suppress_context__ else None
-        current = getattr(current, "inner_exception", None) or current.__cause__ or hidden

@@ -20,6 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from contracts.upstream import MESSAGES
 from hpo.config.trial import Knobs
+from hpo.errors import error_verdict
 from hpo.verify.known_failures import match_known_failure, real_cause
 from hpo.verify.probe import run_probe
 from hpo.workloads.registry import create_workload
@@ -79,6 +80,8 @@ def test_an_unknown_error_while_traced_is_neither_a_known_refusal_nor_compile_s_
     traced = _refused_while_traced(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)"))
     assert match_known_failure(traced, Knobs(compile="default")) is None
     assert str(real_cause(traced)).startswith("mat1 and mat2 shapes")
+    # The trial's error names the op's error, not the first line of Dynamo's wrapper.
+    assert str(error_verdict(traced)) == "error: RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)"
 
 
 def test_the_probe_rejects_a_pinned_kernel_under_compile_as_it_does_without():
