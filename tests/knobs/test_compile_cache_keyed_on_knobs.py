@@ -15,6 +15,43 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from hpo.knobs.attention import pinned_kernel
+from hpo.knobs.compile import GraphRecord, compile_model
+
+TAGS_SEEN = "hpo_test_records_cache_key_tag"
+_tags: list[str] = []
+
+
+def _records_cache_key_tag(gm: torch.fx.GraphModule, example_inputs):
+    """A backend that notes the tag torch's caches would be keyed with while it compiles."""
+    _tags.append(torch.compiler.config.cache_key_tag)
+    return gm
+
+
+if TAGS_SEEN not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(_records_cache_key_tag, name=TAGS_SEEN)
+
+
+def _compiled_tag(attention: str, monkeypatch, user_tag: str = "") -> str:
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", user_tag)
+    _tags.clear()
+    knobs = {"precision": "fp32", "attention": attention, "optimizer": "fused", "grad_checkpointing": False, "compile": "default"}
+    model = compile_model(torch.nn.Linear(4, 4), "default", TAGS_SEEN, GraphRecord(), knobs=knobs)
+    with pinned_kernel(attention):
+        model(torch.randn(2, 4))
+    assert torch.compiler.config.cache_key_tag == user_tag  # restored after the compile
+    (tag,) = _tags
+    return tag
+
+
+def test_each_graph_compiles_under_a_cache_key_tag_of_the_knobs_and_the_enabled_sdpa_kernels(monkeypatch):
+    math, unpinned = _compiled_tag("sdpa_math", monkeypatch), _compiled_tag("sdpa", monkeypatch)
+    assert math.endswith(";sdpa:math") and "attention=sdpa_math" in math and "precision=fp32" in math
+    assert "flash" in unpinned.split(";sdpa:")[1] and math != unpinned
+    assert _compiled_tag("sdpa_math", monkeypatch, user_tag="mine") == f"mine|{math}"  # the user's tag kept
+
 
 # One compiled causal_lm step per attention value named on the command line, in this process, each
 # on its own AssembledModel as trials are: the first call compiles, the second is observed.
