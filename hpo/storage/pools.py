@@ -4,15 +4,17 @@ only while it runs a statement, and at most one at a time.
 A worker, its trial process and `hpo run` each used to keep a pooled connection open (idle most of
 the time): 14 connections for 6 workers, so PostgreSQL's default of 100 served about 42 workers.
 `OneAtATimePool` opens a connection for each checkout and closes it on return (as SQLAlchemy's
-`NullPool` does), and lets one thread of the process hold them at a time; the others wait for it
-(a trial's heartbeat thread waits for its objective's write, a few milliseconds). A worker and its
-trial processes also take turns, through a lock file (`LOCK_ENV`). An idle worker holds none. The
-cost is a connect per transaction: connect + `SELECT 1` took 10.8 ms (median of 30) to PostgreSQL
-on this loaded 2-core host, 9.1 ms through PgBouncer (docs/scaling.md).
+`NullPool` does), and lets one thread of the process hold them at a time, whatever engine they
+come from; the others wait for it (a trial's heartbeat thread waits for its objective's write, a
+few milliseconds). A worker and its trial processes also take turns, through a lock file
+(`LOCK_ENV`). An idle worker holds none. The cost is a connect per transaction: connect +
+`SELECT 1` took 10.8 ms (median of 30) to PostgreSQL on this loaded 2-core host, 9.1 ms through
+PgBouncer; over TLS to a remote server, add its round trips (docs/scaling.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import tempfile
@@ -31,68 +33,119 @@ LOCK_ENV = "HPO_CONNECTION_LOCK"
 WAIT_S = 60
 
 
+class _ProcessTurn:
+    """Which thread of this process holds database connections, shared by every `OneAtATimePool`
+    of the process, and the lock file the process holds meanwhile.
+
+    One turn per process, not per engine: a thread that holds one engine's connection and asks
+    another engine for one nests (as it does within one engine) instead of waiting for itself,
+    and the lock file is locked once, through one open file description. Two turns, each opening
+    the file, made that thread wait on its own lock for `WAIT_S`, then fail."""
+
+    def __init__(self) -> None:
+        self._start_empty()
+
+    def _start_empty(self) -> None:
+        self._cond = threading.Condition()
+        self._owner: int | None = None
+        self.held = 0
+        self._locked_fd: int | None = None
+
+    def take(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._owner in (None, me), timeout=WAIT_S):
+                raise sqlalchemy.exc.TimeoutError(f"waited {WAIT_S} s for this process's database connection")
+            self._owner, self.held = me, self.held + 1
+            first = self.held == 1
+        if first:
+            try:
+                self._lock_other_processes()
+            except BaseException:
+                self.give_back()
+                raise
+
+    def give_back(self) -> None:
+        with self._cond:
+            self.held = max(0, self.held - 1)
+            if self.held == 0:
+                self._unlock_other_processes()
+                self._owner = None
+                self._cond.notify_all()
+
+    def _lock_other_processes(self) -> None:
+        """Lock the file named in `LOCK_ENV`, opened for this turn alone: a process forked later
+        never shares an open file description that this one locks again."""
+        path = os.environ.get(LOCK_ENV)
+        if not path:
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._locked_fd = fd
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise sqlalchemy.exc.TimeoutError(f"waited {WAIT_S} s for the connection shared through {path}") from None
+                time.sleep(0.002)
+
+    def _unlock_other_processes(self) -> None:
+        fd, self._locked_fd = self._locked_fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def forget_in_forked_child(self) -> None:
+        """In a child forked from this process, which holds none of its parent's connections.
+        The lock file's descriptor the parent may hold is closed here without unlocking it: parent
+        and child share its open file description, so the child's unlock would be the parent's,
+        and the child's own `flock` would succeed while the parent holds it. The parent's threads
+        (an owner among them) do not exist here, and its condition's lock may have been held."""
+        if self._locked_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._locked_fd)
+        self._start_empty()
+
+
+_TURN = _ProcessTurn()
+# Every fork path: os.fork, multiprocessing's "fork" start method, a forkserver's children (the
+# forkserver itself starts by exec, which closes the descriptor: it is opened close-on-exec).
+os.register_at_fork(after_in_child=_TURN.forget_in_forked_child)
+
+
 class OneAtATimePool(NullPool):
     """`NullPool` (connect on checkout, close on return) where one thread of the process at a time
-    holds connections. That thread may nest a second checkout (Optuna's table creation and
-    alembic's check do), so nesting cannot deadlock; other threads wait until it returns them all."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._turn = threading.Condition()
-        self._owner: int | None = None
-        self._held = 0
-        self._lock_fd: int | None = None
+    holds connections, from this engine or any other. That thread may nest a second checkout
+    (Optuna's table creation and alembic's check do, and a second engine may be asked while the
+    first's connection is held), so nesting cannot deadlock; other threads wait until it returns
+    them all."""
 
     def _do_get(self):
-        me = threading.get_ident()
-        with self._turn:
-            if not self._turn.wait_for(lambda: self._owner in (None, me), timeout=WAIT_S):
-                raise sqlalchemy.exc.TimeoutError(f"waited {WAIT_S} s for this process's database connection")
-            self._owner, self._held = me, self._held + 1
+        _TURN.take()
         try:
-            if self._held == 1:
-                self._lock_other_processes()
             return super()._do_get()
         except BaseException:
-            self._give_back()
+            _TURN.give_back()
             raise
 
     def _do_return_conn(self, record) -> None:
         try:
             super()._do_return_conn(record)
         finally:
-            self._give_back()
-
-    def _give_back(self) -> None:
-        with self._turn:
-            self._held = max(0, self._held - 1)
-            if self._held == 0:
-                self._unlock_other_processes()
-                self._owner = None
-                self._turn.notify_all()
-
-    def _lock_other_processes(self) -> None:
-        path = os.environ.get(LOCK_ENV)
-        if not path:
-            return
-        if self._lock_fd is None:
-            self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise sqlalchemy.exc.TimeoutError(f"waited {WAIT_S} s for the connection shared through {path}") from None
-                time.sleep(0.002)
-
-    def _unlock_other_processes(self) -> None:
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            _TURN.give_back()
 
     def status(self) -> str:
         return "OneAtATimePool"
+
+
+def connections_held_by_this_process() -> int:
+    """How many checked-out connections this process's threads hold (0 between statements)."""
+    return _TURN.held
 
 
 def share_connection_with_children() -> None:

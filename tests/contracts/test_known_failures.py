@@ -33,6 +33,40 @@ def test_upstream_message_implicates_exactly_the_value_at_fault(name):
     assert list(verdict.implicates) == sorted(implicated)
 
 
+def _fused_adamw_on_an_integer_param() -> None:
+    param = torch.zeros(2, dtype=torch.int64)
+    optimizer = torch.optim.AdamW([param], fused=True)
+    param.grad = torch.zeros_like(param)
+    optimizer.step()
+
+
+def _efficient_sdpa_on_cpu() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.zeros(1, 1, 4, 8, dtype=torch.bfloat16)
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+
+# The fixtures this torch can raise on CPU, raised for real rather than rebuilt from the fixture's text.
+RAISED_BY_THIS_TORCH = {
+    "torch_fused_optimizer_device": _fused_adamw_on_an_integer_param,
+    "torch_fused_optimizer_flags": lambda: torch.optim.Adam([torch.zeros(2, requires_grad=True)], fused=True, foreach=True),
+    "sdpa_cpu_no_viable_backend": _efficient_sdpa_on_cpu,
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # SDPA warns why each kernel was skipped before it raises
+@pytest.mark.parametrize("name", sorted(RAISED_BY_THIS_TORCH))
+def test_the_installed_torch_raises_the_fixture_verbatim_and_it_implicates_the_value_at_fault(name):
+    with pytest.raises(RuntimeError) as caught:
+        RAISED_BY_THIS_TORCH[name]()
+    assert (type(caught.value).__name__, str(caught.value)) == MESSAGES[name]
+    knobs, implicated = EXPECTED_IMPLICATES[name]
+    verdict = match_known_failure(caught.value, Knobs(**knobs))
+    assert verdict is not None and list(verdict.implicates) == sorted(implicated)
+
+
 def test_fp32_refusal_of_sdpa_flash_never_bans_it_for_bf16():
     verdict = match_known_failure(_raise("sdpa_cuda_no_available_kernel"), Knobs(precision="fp32", attention="sdpa_flash"))
     assert dict(verdict.implicates) == {"attention": "sdpa_flash", "precision": "fp32"}

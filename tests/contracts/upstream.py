@@ -175,11 +175,13 @@ MESSAGES = {
         "NotImplementedError",
         "torch.compile on CPU only supports inference and `return_lse` is not supported yet.",
     ),
-    # torch/optim/optimizer.py _device_dtype_check_for_fused (torch 2.13).
+    # torch/optim/optimizer.py _device_dtype_check_for_fused (torch 2.13; the device list is
+    # _get_fused_kernels_supported_devices() of torch/utils/_foreach_utils.py), raised by this torch
+    # on CPU for an integer parameter (tests/contracts/test_known_failures.py raises it).
     "torch_fused_optimizer_device": (
         "RuntimeError",
         "`fused=True` requires all the params to be floating point Tensors of supported devices: "
-        "['mps', 'cuda', 'xpu', 'hpu', 'cpu'] but torch.int64 and cpu",
+        "['mps', 'cuda', 'xpu', 'hpu', 'cpu', 'mtia', 'privateuseone'] but torch.int64 and cpu",
     ),
     # torch/optim/adam.py Adam.__init__ (torch 2.13).
     "torch_fused_optimizer_flags": ("RuntimeError", "`fused` and `foreach` cannot be `True` together."),

@@ -102,10 +102,22 @@ def test_a_reused_verdict_records_nothing_as_observed():
     assert second.attrs["verdict_from_cache"] is True and second.attrs["knobs_observed"] == {}
 
 
-def test_verdict_facts_never_overwrite_each_other():
-    """A probe verdict and a speed fact live under their own keys, each written only if absent."""
-    verdicts = MemoryVerdicts()
-    assert verdicts.add("k", {"verdict": "ok"}) and not verdicts.add("k", {"verdict": "slow: x"})
-    assert verdicts.records["k"] == {"verdict": "ok"}
+def test_verdict_facts_never_overwrite_each_other(tmp_path):
+    """A probe verdict and a speed fact live under their own keys, each written only if absent, in
+    a process's store and in a study's (Optuna's table, as study user attrs under the prefix)."""
+    import optuna
+
+    from hpo.verify.store import StudyVerdicts
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'study.db'}")
+    for verdicts in (MemoryVerdicts(), StudyVerdicts(study)):
+        assert verdicts.add("k", {"verdict": "ok"}) and not verdicts.add("k", {"verdict": "slow: x"})
+        assert verdicts.add(speed_key("k", 8), {"verdict": "slow: 9.0x"})
+        assert verdicts.get("k") == {"verdict": "ok"}
+        assert verdicts.all() == {"k": {"verdict": "ok"}, speed_key("k", 8): {"verdict": "slow: 9.0x"}}
     assert speed_key("k", 8) != speed_key("k", 128) != "k"
-    assert not any(k.startswith(VERDICT_PREFIX) for k in verdicts.records)  # the prefix is the study store's
+    # The study's store keeps each fact under the prefix the dashboard and its readers look for.
+    assert study.user_attrs == {
+        VERDICT_PREFIX + "k": {"verdict": "ok"},
+        VERDICT_PREFIX + speed_key("k", 8): {"verdict": "slow: 9.0x"},
+    }

@@ -97,10 +97,17 @@ def test_hpo_never_writes_allow_tf32_where_fp32_precision_exists(ampere, monkeyp
     def refuse(*args):
         raise AssertionError("legacy allow_tf32 written")
 
-    monkeypatch.setattr(torch._C, "_set_cublas_allow_tf32", refuse)
-    monkeypatch.setattr(torch._C, "_set_cudnn_allow_tf32", refuse)
+    monkeypatch.setattr(torch._C, "_set_cublas_allow_tf32", refuse)  # cuBLASModule.__setattr__ looks it up per write
+    monkeypatch.setattr(torch._C, "_set_cudnn_allow_tf32", refuse)  # cudnn.flags() and set_flags() look it up per call
+    # `torch.backends.cudnn.allow_tf32 = ...` goes through a ContextProp that bound the setter at
+    # import: patching torch._C alone leaves that write unguarded.
+    monkeypatch.setattr(type(torch.backends.cudnn).__dict__["allow_tf32"], "setter", refuse)
     with trial_runtime(FAKE_GPU):
         pass
+    with pytest.raises(AssertionError, match="legacy allow_tf32 written"):  # the guard holds for both writes
+        torch.backends.cudnn.allow_tf32 = True
+    with pytest.raises(AssertionError, match="legacy allow_tf32 written"):
+        torch.backends.cuda.matmul.allow_tf32 = True
 
 
 def test_torch_without_fp32_precision_uses_allow_tf32(ampere, monkeypatch):

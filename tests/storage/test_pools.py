@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -11,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from hpo.errors import UserInputError
+from hpo.storage import pools
 from hpo.storage.open import open_storage
-from hpo.storage.pools import LOCK_ENV, OneAtATimePool
+from hpo.storage.pools import LOCK_ENV, OneAtATimePool, connections_held_by_this_process
 from hpo.storage.urls import split_pooler
 
 
@@ -48,7 +52,7 @@ def test_threads_take_turns_and_nothing_is_held_between_statements(tmp_path):
     for t in threads:
         t.join()
     assert max(overlap) == 1
-    assert engine.pool._held == 0  # every connection went back, and was closed (NullPool)
+    assert connections_held_by_this_process() == 0  # every connection went back, and was closed (NullPool)
     with engine.connect() as outer, engine.connect() as nested:  # one thread may nest: no deadlock
         assert outer.execute(sa.text("SELECT 1")).scalar_one() == nested.execute(sa.text("SELECT 2")).scalar_one() - 1
 
@@ -80,6 +84,66 @@ def test_processes_sharing_the_lock_file_take_turns_and_a_killed_holder_frees_it
     holder.wait()
     assert got.wait(5)
     waiter.join()
+
+
+def _another_process_could_lock(path) -> bool:
+    """flock conflicts between open file descriptions, so a second open here stands for a process."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_two_engines_in_one_process_share_one_turn_and_one_lock(tmp_path, monkeypatch):
+    """A thread holding one engine's connection asks another engine for one: it nests, as within
+    one engine, rather than waiting on its own lock file (60 s, then TimeoutError before)."""
+    lock = tmp_path / "conn.lock"
+    monkeypatch.setenv(LOCK_ENV, str(lock))
+    monkeypatch.setattr(pools, "WAIT_S", 3)  # a regression fails in 3 s, not 60
+    first, second = _engine(tmp_path), sa.create_engine(f"sqlite:///{tmp_path / 'y.db'}", poolclass=OneAtATimePool)
+    other_got, other_done = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        with second.connect():
+            other_got.set()
+        other_done.set()
+
+    start = time.monotonic()
+    with first.connect() as a:
+        with second.connect() as b:
+            assert a.execute(sa.text("SELECT 1")).scalar_one() == b.execute(sa.text("SELECT 1")).scalar_one()
+            assert connections_held_by_this_process() == 2
+        assert time.monotonic() - start < 1
+        assert not _another_process_could_lock(lock)  # still held: the outer connection is out
+        waiter = threading.Thread(target=other_thread)
+        waiter.start()
+        assert not other_got.wait(0.3)  # another thread waits for this one, whichever engine it asks
+    assert other_done.wait(5)
+    waiter.join()
+    assert connections_held_by_this_process() == 0 and _another_process_could_lock(lock)
+
+
+def test_a_forked_child_neither_shares_nor_releases_its_parents_lock(tmp_path):
+    """Forked while idle, the child (sharing the lock file's open file description before) got in
+    while its parent held the connection, and its unlock released the parent's lock; forked while
+    another thread held it, the child waited for a thread it does not have, then failed."""
+    probe = os.path.join(os.path.dirname(__file__), "pool_fork_probe.py")
+    done = subprocess.run(
+        [sys.executable, probe, str(tmp_path / "conn.lock"), str(tmp_path / "x.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    seen = json.loads(done.stdout)
+    assert seen["idle"]["error"] is None and seen["idle"]["waited_s"] >= 0.9  # waited out the parent's turn
+    assert seen["idle"]["parent_lock_kept"]
+    assert seen["busy"]["error"] is None and 0.9 <= seen["busy"]["waited_s"] < 4
 
 
 def test_postgres_storage_uses_the_pool_and_no_prepared_statements_behind_a_pooler(postgres_url):

@@ -195,7 +195,8 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
     from hpo.hardware.runtime import resolve_device
     from hpo.verify.cache import reference_key
 
-    config, verdicts = dataclasses.replace(_config(), skip_slow=True), MemoryVerdicts()
+    plain_config = _config(dropout=0.3)  # dropout on: any leftover weights, optimizer state or RNG shows
+    config, verdicts = dataclasses.replace(plain_config, skip_slow=True), MemoryVerdicts()
     verdicts.put(reference_key(config, resolve_device(config.device)), {"step_ms": 1e-3})
     retimed = []
     monkeypatch.setattr(slowdown, "prove_slow", lambda *args: retimed.append(args) or None)  # timed again: not slow
@@ -203,6 +204,11 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
     assert len(retimed) == 1 and str(outcome.verdict) == "ok"
     assert outcome.attrs["slow_not_confirmed"].endswith("limit 5.0x)"), outcome.attrs["slow_not_confirmed"]
     assert outcome.attrs["steps_run"] == config.training.max_steps
+    # The retrain starts from the first step: rebuilt and reseeded, it trains exactly as a trial
+    # that was never checked (one that went on with the half-trained model ends elsewhere).
+    plain = execute(plain_config, MemoryVerdicts())
+    assert "slow_not_confirmed" not in plain.attrs
+    assert outcome.values == plain.values and outcome.attrs["metrics"] == plain.attrs["metrics"]
     assert not [r for r in verdicts.records.values() if "verdict" in r and not r["verdict"].startswith("ok")]
 
 

@@ -3,6 +3,7 @@ peak, none for a worker with nothing to do (`hpo.storage.pools`)."""
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import sys
 import threading
@@ -13,25 +14,32 @@ import sqlalchemy as sa
 
 from worker_harness import ROOT, hpo_env, space_file, tickets
 
-ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+ACTIVITY = sa.text(
+    "SELECT count(*) FILTER (WHERE state IS DISTINCT FROM 'idle'), count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+# (tickets claimed, trials running, trials complete): where the study is, once hpo has made its tables.
+PROGRESS = sa.text(
+    "SELECT (SELECT coalesce(sum(claimed), 0) FROM hpo_budget), count(*) FILTER (WHERE state = 'RUNNING'), "
+    "count(*) FILTER (WHERE state = 'COMPLETE') FROM trials"
+)
 
 
-def _count_connections(database: str, stop: threading.Event, counts: list[int], raw: list[int]) -> None:
-    """Sample pg_stat_activity every 20 ms, from another database so the sampler is not counted.
-    `counts` leaves out backends in state `idle`: hpo's pool closes its connection when a
-    transaction ends and holds none between statements, so an idle backend is one whose client has
-    closed it and that the server has not finished tearing down (seen on a loaded CI host: one
-    extra for a sample or two while four workers started). `raw` counts every backend."""
-    engine = sa.create_engine(ADMIN)
-    query = sa.text(
-        "SELECT count(*) FILTER (WHERE state IS DISTINCT FROM 'idle'), count(*) FROM pg_stat_activity WHERE datname = :db"
-    )
+def _count_connections(url: str, stop: threading.Event, samples: list[tuple]) -> None:
+    """Sample pg_stat_activity every 20 ms, leaving out the sampler's own backend, beside where the
+    study is. Each sample: (backends not `idle`, every backend, tickets claimed, trials running,
+    trials complete); the last three are None before hpo has made its tables."""
+    engine = sa.create_engine(url)
     with engine.connect() as conn:
         while not stop.is_set():
-            held, every = conn.execute(query, {"db": database}).one()
-            counts.append(held)
-            raw.append(every)
+            held, every = conn.execute(ACTIVITY).one()
             conn.rollback()  # each sample sees the current activity, not a snapshot
+            try:
+                progress = tuple(conn.execute(PROGRESS).one())
+            except sa.exc.ProgrammingError:  # no tables yet
+                progress = (None, None, None)
+            conn.rollback()
+            samples.append((held, every, *progress))
             time.sleep(0.02)
     engine.dispose()
 
@@ -46,9 +54,8 @@ def test_at_most_one_connection_per_busy_worker_and_none_for_an_idle_one(postgre
     one for `hpo run`'s own process: it opens the study while its workers start (sampled on a
     loaded host: four backends for three workers, all in Optuna's schema check on open). A cluster
     runs `hpo worker` alone, with no such process."""
-    database = postgres_url.rsplit("/", 1)[1]
-    stop, counts, raw = threading.Event(), [], []
-    sampler = threading.Thread(target=_count_connections, args=(database, stop, counts, raw), daemon=True)
+    stop, samples = threading.Event(), []
+    sampler = threading.Thread(target=_count_connections, args=(postgres_url, stop, samples), daemon=True)
     sampler.start()
     run = subprocess.run(
         [sys.executable, "-m", "hpo.app.cli", "run", str(space_file(tmp_path, n_trials=n_trials)), "--storage", postgres_url]
@@ -63,7 +70,22 @@ def test_at_most_one_connection_per_busy_worker_and_none_for_an_idle_one(postgre
     sampler.join()
     assert run.returncode == 0, run.stderr[-3000:]
     assert tickets(postgres_url) == ((n_trials, n_trials), 0)
-    print(f"{workers} workers, {n_trials} trials: {len(counts)} samples, peak {max(counts)} connections")
+    counts, raw = [s[0] for s in samples], [s[1] for s in samples]
+    # Once every ticket is out, the workers without a running trial are idle. Per sample: backends
+    # beyond one per running trial, and how many workers are idle.
+    phase = [(s[1] - s[3], workers - s[3]) for s in samples if s[2] == n_trials and s[3]]
+    beyond_busy = collections.Counter(extra for extra, _ in phase)
+    print(
+        f"{workers} workers, {n_trials} trials: {len(counts)} samples, peak {max(counts)} connections; "
+        f"with tickets out, backends beyond one per running trial: {beyond_busy}"
+    )
+    # Every backend counted, idle ones too: a connection kept open between statements (a pooled
+    # one) is idle. An idle worker opens one only for the moment it checks for work, so in most
+    # samples the idle workers together hold fewer than one each; a pool that keeps a connection
+    # open holds at least one per idle worker in every sample.
+    assert len(phase) >= 10, f"only {len(phase)} samples once every ticket was out: the phase was not observed"
+    held_by_idle = sorted(extra - idle for extra, idle in phase)
+    assert held_by_idle[len(held_by_idle) // 2] < 0, f"backends beyond one per running trial, per sample: {phase}"
     assert max(counts) <= workers + 1, f"peak {max(counts)} connections for {workers} workers (samples: {counts})"
     assert max(raw) <= workers + 2, f"peak {max(raw)} backends, torn-down ones included, for {workers} workers"
     # Most of the time nobody holds one: connections last as long as a statement.

@@ -2,7 +2,8 @@
 signature and checks: fmha/__init__.py dispatches through the autograd Function `_fMHA` (the name
 the profiler records); inputs are BMHK (batch, seqlen, heads, head_dim); `LowerTriangularMask` is
 the causal bias (fmha/attn_bias.py); a tensor bias's strides must be multiples of 8 for 16-bit
-dtypes (fmha/common.py _check_bias_alignment), else the dispatcher raises NotImplementedError
+dtypes (fmha/cutlass.py and fmha/ck.py _check_bias_alignment, called from their FwOp and BwOp
+not_supported_reasons), else the dispatcher raises NotImplementedError
 "No operator found for `memory_efficient_attention_forward` ..." (fmha/dispatch.py)."""
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""A `slow` verdict needs the knobs slow against the reference in every round of the proof
+(`hpo.verify.speed.PROOF_ROUNDS`): a burst of load in one round, or a quiet round among slow ones,
+proves nothing. Timings are injected (`time_knobs` returns scripted step times), so each case is
+deterministic, whatever the machine's load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import toy_config
+
+from hpo.config.trial import Knobs
+from hpo.verdicts import Kind
+from hpo.verify import speed
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.slow import SlowLimit
+from hpo.workloads.registry import create_workload
+
+CPU = torch.device("cpu")
+REFERENCE_MS, QUIET_MS, BURST_MS = 10.0, 12.0, 100.0  # a burst is 10x the reference, over the 5x limit
+KNOBS = Knobs(precision="fp32", attention="eager", optimizer="foreach")  # one value differs: one subset
+
+
+def _prove(monkeypatch, slow_rounds: set[int]) -> tuple[object, list[float]]:
+    """prove_slow with the reference at REFERENCE_MS, and the knobs at BURST_MS in the rounds
+    given (0-based, counted by the knobs' timings) and QUIET_MS in the others."""
+    config = toy_config(KNOBS)
+    workload = create_workload(config.workload, config.workload_options)
+    knob_times: list[float] = []
+
+    def scripted(*args, **kwargs) -> float:
+        knobs = next(a for a in (*args, *kwargs.values()) if isinstance(a, Knobs))
+        if knobs == REFERENCE_KNOBS:
+            return REFERENCE_MS
+        knob_times.append(BURST_MS if len(knob_times) in slow_rounds else QUIET_MS)
+        return knob_times[-1]
+
+    monkeypatch.setattr(speed, "time_knobs", scripted)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    return speed.prove_slow(workload, config, CPU, limit), knob_times
+
+
+def test_slow_in_every_round_is_a_verdict_on_the_value_alone(monkeypatch):
+    verdict, knob_times = _prove(monkeypatch, set(range(speed.PROOF_ROUNDS)))
+    assert verdict is not None and verdict.kind is Kind.SLOW
+    assert dict(verdict.implicates) == {"optimizer": "foreach", "batch_size": 16}
+    assert knob_times == [BURST_MS] * speed.PROOF_ROUNDS  # timed in every round before the verdict
+
+
+def test_a_burst_in_one_round_is_no_verdict(monkeypatch):
+    """The first round is always timed: a burst there alone is seen, then not repeated."""
+    verdict, knob_times = _prove(monkeypatch, {0})
+    assert verdict is None
+    assert knob_times[:2] == [BURST_MS, QUIET_MS]
+
+
+@pytest.mark.parametrize("quiet_round", range(speed.PROOF_ROUNDS))
+def test_one_quiet_round_among_slow_ones_is_no_verdict(monkeypatch, quiet_round):
+    """Slow in every round but one, the last included: the verdict needs every round."""
+    verdict, knob_times = _prove(monkeypatch, set(range(speed.PROOF_ROUNDS)) - {quiet_round})
+    assert verdict is None
+    assert knob_times[quiet_round] == QUIET_MS  # the proof reached the quiet round
