@@ -32,6 +32,7 @@ from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.step_timer import step_timer
+from hpo.trial.step_tally import StepTally
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.slow import SlowLimit
 
@@ -106,29 +107,6 @@ class EvalSchedule:
         return round(1000 * (self.training.budget_s if spent else train_s))
 
 
-class _Tally:
-    """What the steps' times add up to, filled in at each boundary from the timer's reading."""
-
-    def __init__(self, evidence_at: int):
-        self.evidence_at, self.step_times, self.samples = evidence_at, [], 0
-        self.train_s = self.evidence_s = 0.0
-        self._ended: list[tuple[int, int]] = []  # (step, samples) of the steps not yet read
-
-    def ended(self, step: int, samples: int) -> None:
-        self._ended.append((step, samples))
-
-    def add(self, times: list[float]) -> None:
-        for (step, samples), seconds in zip(self._ended, times, strict=True):
-            if step == self.evidence_at:  # the profiled step's cost is hpo's profiler, not the knobs'
-                self.evidence_s = seconds
-                continue
-            self.train_s += seconds
-            if step > self.evidence_at:  # compile and profiling steps are not steady state
-                self.step_times.append(seconds)
-                self.samples += samples
-        self._ended = []
-
-
 def train(
     assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None = None, slow: SlowLimit | None = None
 ) -> TrainResult:
@@ -138,7 +116,7 @@ def train(
     training = config.training
     batches = assembled.workload.train_batches(training.batch_size, config.seed)
     evidence_at, schedule = evidence_step_index(config), EvalSchedule(training)
-    tally, timer = _Tally(evidence_at), step_timer(assembled.device)
+    tally, timer = StepTally(evidence_at), step_timer(assembled.device)
     history, observed, evidence, reached, eval_s = [], {}, None, None, 0.0
     # Train mode from the first step: transformers' from_pretrained and the probe leave models in
     # eval mode, which would train without dropout until the first evaluation switched it.

@@ -39,9 +39,9 @@ class SyncSpy(TorchDispatchMode):
     device hosting for step]": kept on CPU unless capturable or fused), so reading them is no sync.
     Reads GradScaler.step makes to decide its own skip (`_maybe_opt_step`) are counted apart."""
 
-    def __init__(self, assembled: AssembledModel | None = None):
+    def __init__(self, optimizer=lambda: None):
         super().__init__()
-        self.assembled, self.step, self.in_scaler = assembled, -1, False
+        self.optimizer, self.step, self.in_scaler = optimizer, -1, False
         self.syncs: collections.Counter[int] = collections.Counter()
         self.scaler_syncs: collections.Counter[int] = collections.Counter()
 
@@ -49,9 +49,8 @@ class SyncSpy(TorchDispatchMode):
         (self.scaler_syncs if self.in_scaler else self.syncs)[self.step] += 1
 
     def _host_counter(self, tensor) -> bool:
-        if self.assembled is None:
-            return False
-        return any(state.get("step") is tensor for state in self.assembled.optimizer.state.values())
+        optimizer = self.optimizer()
+        return optimizer is not None and any(state.get("step") is tensor for state in optimizer.state.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default and not self._host_counter(args[0]):
@@ -66,8 +65,8 @@ class SyncSpy(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def spying(monkeypatch, assembled: AssembledModel | None = None):
-    spy = SyncSpy(assembled)
+def spying(monkeypatch, assembled: AssembledModel | None = None, optimizer=None):
+    spy = SyncSpy(optimizer or (lambda: assembled.optimizer if assembled is not None else None))
 
     def counted(owner, name):
         original = getattr(owner, name)
@@ -237,3 +236,37 @@ def test_a_collapsed_fp16_scale_is_rejected_at_the_boundary_from_the_scale_on_th
     monkeypatch.setattr(assembled.scaler, "get_scale", lambda: pytest.fail("the boundary reads the device tensor"))
     with pytest.raises(TrialRejected, match=r"^diverged: step 7: fp16 GradScaler scale collapsed to 3.05e-05"):
         assembled.check_health(7)
+
+
+def test_the_lightning_callback_reads_the_device_only_at_check_boundaries(monkeypatch):
+    """hpo's callback around Lightning's own loop: 12 steps, a check every 5, validation every 6.
+    Steps 0 (profiled), 4, 5 (validation), 9 and 11 read the device; no other step does, whatever
+    Lightning itself does around them."""
+    from hpo.trial import lightning_loop
+
+    config = _config(d_model=16, n_heads=2, seq_len=8, n_blocks=1)
+    config = dataclasses.replace(config, workload="toy_lightning:ToyLightning")
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    made, make_class = [], lightning_loop.callback_class
+
+    def spied_class():
+        class Spied(make_class()):
+            def __init__(self, *args):
+                super().__init__(*args)
+                made.append(self)
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                spy.step = trainer.global_step
+                super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+
+        return Spied
+
+    monkeypatch.setattr(lightning_loop, "callback_class", spied_class)
+    with spying(monkeypatch, optimizer=lambda: getattr(made[0].view, "optimizer", None) if made else None) as spy:
+        result = lightning_loop.train_lightning(workload, config, CPU)
+    assert result.steps == 12
+    boundaries = {0, 4, 5, 9, 11}
+    # Step -1 is Lightning's set-up before the first batch (once per fit, not per step).
+    assert {step: n for step, n in spy.syncs.items() if step not in boundaries | {-1}} == {}
+    assert all(spy.syncs[step] >= 1 for step in boundaries)
