@@ -169,10 +169,11 @@ def foreach_div(tensors: list[torch.Tensor], divisor: float | torch.Tensor) -> l
     return torch._foreach_div(tensors, divisor)
 
 
-def scale_on_device(scaler) -> torch.Tensor:
-    """A GradScaler's scale as the device tensor it keeps, read without a host sync. torch 2.13.0:
-    `GradScaler._get_scale_async()` (GradScaler.step reads it to hand to fused kernels). If it
-    disappears, use `scaler.get_scale()`, which costs one host sync per step."""
+def scale_on_device(scaler) -> torch.Tensor | None:
+    """A GradScaler's scale as the device tensor it keeps, read without a host sync (None before its
+    first `scale()`). torch 2.13.0: `GradScaler._get_scale_async()` (GradScaler.step reads it to hand
+    to fused kernels). If it disappears, use `scaler.get_scale()`, which costs one more host sync
+    per check boundary."""
     return scaler._get_scale_async()
 
 

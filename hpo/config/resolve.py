@@ -23,6 +23,7 @@ def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs) -> Tr
     training = TrainingConfig(
         max_steps=spec.workload.max_steps,
         eval_every=spec.workload.eval_every,
+        check_every=spec.workload.check_every,
         budget_s=spec.workload.budget_s,
         eval_every_s=spec.workload.eval_every_s,
         target=_target(spec),

@@ -71,6 +71,9 @@ class WorkloadSpec(BaseModel):
     name: str = Field(min_length=1)
     max_steps: int = Field(default=100, ge=1)
     eval_every: int = Field(default=50, ge=1)
+    # Steps between check boundaries: the loss is read from the device, and a NaN or inf loss caught,
+    # every check_every steps and at every evaluation, never on the steps between.
+    check_every: int = Field(default=50, ge=1)
     # Seconds of training (see README: what counts) after which a trial stops, max_steps permitting.
     budget_s: float | None = Field(default=None, gt=0)
     # With a budget, trials evaluate at the same training-time marks (default budget_s / 4), so the

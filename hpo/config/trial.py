@@ -57,6 +57,9 @@ class TrainingConfig:
     grad_clip: float = 1.0
     max_steps: int = 100
     eval_every: int = 50
+    # Steps between check boundaries, where the loss is read and non-finite values are caught (see
+    # hpo.trial.trainer): a NaN is found at most this many steps after it appears.
+    check_every: int = 50
     # The compile backend; tests use "eager"/"aot_eager" because inductor takes ~20 s on CPU.
     compile_backend: str = _DEFAULT_COMPILE_BACKEND
     budget_s: float | None = None
@@ -116,12 +119,15 @@ class TrialConfig:
 
 
 def _budget(training: TrainingConfig) -> dict[str, Any]:
-    """The time budget and target keys of a file, written only when set."""
+    """The keys of a file written only when set: the time budget, the target, a check interval
+    other than the default."""
     keys: dict[str, Any] = {}
     if training.budget_s is not None:
         keys["budget_s"] = training.budget_s
     if training.eval_every_s is not None:
         keys["eval_every_s"] = training.eval_every_s
+    if training.check_every != TrainingConfig.check_every:
+        keys["check_every"] = training.check_every
     if training.target is not None:
         keys["target"] = {training.target.metric: training.target.value}
     return keys

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 
 from hpo.config.trial import Knobs, TrainingConfig
+from hpo.engine.health import DeviceHealth, NonFiniteLoss
 from hpo.errors import TrialRejected
 from hpo.hardware.memory import MemoryMeter
 from hpo.knobs.attention import pinned_kernel
@@ -27,16 +27,6 @@ from hpo.workloads.base import Batch, Workload
 # Below this the fp16 loss scale has backed off ~2^-30 from its start: gradients are inf every step.
 MIN_GRAD_SCALE = 2.0**-14
 RECOMPILE_LIMIT = 64
-
-
-@dataclass(frozen=True)
-class StepHealth:
-    """What one step's single host read gave: the loss, and under fp16 whether any gradient was
-    inf/NaN and the loss scale before this step's update."""
-
-    loss: float
-    found_inf: bool | None = None
-    scale: float | None = None
 
 
 class AssembledModel:
@@ -65,6 +55,7 @@ class AssembledModel:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._warmup)
         self.scaler = self.precision.scaler  # fp16's GradScaler, or None
         self.memory = MemoryMeter(self.device)
+        self.health = DeviceHealth(self.device)  # the probe's steps never count against training
 
     def restart(self, state: dict[str, torch.Tensor]) -> None:
         """Back to the weights `state` with a fresh optimizer, warm-up, loss scale and memory
@@ -106,39 +97,32 @@ class AssembledModel:
             self.precision.backward(loss)
         return loss.detach()
 
-    def step_health(self, loss: torch.Tensor, *, clip: bool = True) -> StepHealth:
-        """The step's one device-to-host read: the loss, and under fp16 the gradients' inf flag and
-        the loss scale, stacked into one transfer. With `clip`, the gradients are clipped first
-        (unscaled first under fp16, also when not clipping, so the step sees unscaled gradients)."""
-        found_inf = None
-        if clip:
-            self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
-            found_inf = self.precision.found_inf(self.optimizer)
-        values = [loss.detach().float().reshape(())]
-        if found_inf is not None:
-            scale = scale_on_device(self.scaler)  # the tensor GradScaler.step hands to fused kernels
-            values += [found_inf.float().reshape(()).to(loss.device), scale.float().reshape(()).to(loss.device)]
-        read = torch.stack(values).tolist()
-        if found_inf is None:
-            return StepHealth(read[0])
-        return StepHealth(read[0], found_inf=bool(read[1]), scale=read[2])
-
-    def optimizer_step(self, health: StepHealth | None = None) -> None:
-        """Clip (unless `step_health` has) and update; with `health`, no further host sync."""
-        if health is None:
-            self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
-        self.precision.optimizer_step(self.optimizer, None if health is None else health.found_inf)
+    def optimizer_step(self) -> None:
+        """Clip (unscaled first under fp16) and update, with no host read: under fp16 GradScaler
+        skips a step whose gradients hold inf/NaN, inside the kernel for fused optimizers; for the
+        others GradScaler.step itself reads its inf flag (`_maybe_opt_step`), as in any loop."""
+        self.precision.clip_gradients(self.model, self.optimizer, self.training.grad_clip)
+        self.precision.optimizer_step(self.optimizer)
         clear_grads(self.optimizer)
         self.scheduler.step()
 
-    def check_scaler(self, step: int, health: StepHealth | None = None) -> None:
-        """Reject a trial whose fp16 loss scale collapsed. From `health` the scale after this step's
-        update is known without a read: it only falls when the step found inf (by the backoff factor)."""
+    def check_health(self, step: int) -> float:
+        """A check boundary, after step `step`: the one host read of the health the steps since the
+        last restart kept on the device. Raises NonFiniteLoss at the first step whose loss was not
+        finite, and TrialRejected when the fp16 loss scale collapsed; returns the last step's loss."""
+        scale = scale_on_device(self.scaler) if self.scaler is not None else None
+        reading = self.health.read(scale)
+        if reading.first_bad_step is not None:
+            raise NonFiniteLoss(reading.first_bad_step, reading.first_bad_loss)
+        self.check_scaler(step, reading.scale)
+        return reading.loss
+
+    def check_scaler(self, step: int, scale: float | None = None) -> None:
+        """Reject a trial whose fp16 loss scale collapsed, judged on `scale` (the scale after step
+        `step`'s update) or, without it, on a read of the scaler's own (a host sync)."""
         if self.scaler is None:
             return
-        if health is not None and health.scale is not None:
-            scale = health.scale * self.scaler.get_backoff_factor() if health.found_inf else health.scale
-        else:
+        if scale is None:
             scale = self.scaler.get_scale()
         if scale < MIN_GRAD_SCALE:
             detail = (

@@ -1,43 +1,32 @@
 """One training step of an assembled model: the single step runner the probe and the trainer share.
 
-Forward under the knobs, backward (scaled for fp16), clipping, then one device-to-host read (the
-step's only sync: the loss, and under fp16 the gradients' inf flag and the loss scale) that decides
-the rest: a non-finite loss raises before any update, an fp16 step with inf gradients is skipped as
-GradScaler skips it, and the loss-scale guard needs no read of its own. Callers wrap it in the
-evidence profiler when they want to see what ran (the profiler lives in a higher layer).
+Forward under the knobs, backward (scaled for fp16), then clipping and the update, with no host
+read: the step's loss goes into the model's `DeviceHealth` on the device, and the caller reads it
+at its check boundaries with `AssembledModel.check_health` (the trainer every `check_every` steps,
+at each evaluation and at the slow check; the probe, which compares losses, at every step it
+judges). Until then a non-finite loss is known only to the device: under fp16 GradScaler skips its
+update, under fp32/bf16 the weights take it, and the boundary then ends the trial `diverged` at the
+first bad step before anything evaluates them. Callers wrap the step in the evidence profiler when
+they want to see what ran (the profiler lives in a higher layer).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from hpo.engine.assembly import AssembledModel
-from hpo.knobs.optimizers import clear_grads
+from hpo.engine.health import NonFiniteLoss
 from hpo.workloads.base import Batch
 
 __all__ = ["NonFiniteLoss", "run_step"]
 
 
-class NonFiniteLoss(ArithmeticError):
-    """The loss of a step was NaN or infinite. The caller decides what that means: a trial that
-    diverged (the trainer) or knobs the model overflows under (the probe)."""
-
-    def __init__(self, step: int, loss: float):
-        super().__init__(f"step {step}: loss is {loss}")
-        self.step, self.loss = step, loss
-
-
 def run_step(assembled: AssembledModel, batch: Batch, step: int, *, update: bool = True) -> torch.Tensor:
-    """Run one step on a batch already on the device; returns the detached, unscaled loss. Without
-    `update` the gradients are left on the parameters (the probe compares them)."""
+    """Run one step on a batch already on the device; returns the detached, unscaled loss, still on
+    the device (reading it is a host sync: do it at a boundary). Without `update` the gradients are
+    left on the parameters, neither clipped nor unscaled (the probe compares them)."""
     loss = assembled.forward_backward(batch)
-    health = assembled.step_health(loss, clip=update)  # the step's one host sync
-    if not math.isfinite(health.loss):
-        clear_grads(assembled.optimizer)  # no update from a non-finite step
-        raise NonFiniteLoss(step, health.loss)
+    assembled.health.record(step, loss)
     if update:
-        assembled.optimizer_step(health)
-        assembled.check_scaler(step, health)
+        assembled.optimizer_step()
     return loss

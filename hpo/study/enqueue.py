@@ -25,6 +25,7 @@ __all__ = ["enqueue_config", "enqueue_file", "trial_params"]
 _TRAINING_PATHS = {
     "max_steps": "workload.max_steps",
     "eval_every": "workload.eval_every",
+    "check_every": "workload.check_every",
     "compile_backend": "systems.compile_backend",
 }
 

@@ -1,13 +1,17 @@
 """The callback through which hpo watches a Lightning trial (`hpo.trial.lightning_loop`): it profiles
 one training step to observe what ran, times the steady-state steps and counts training time as
 hpo's loop does, samples memory, stops on a non-finite loss or a collapsed fp16 scale, clips
-gradients, and reports each validation to the study (which may prune) and to the target."""
+gradients, and reports each validation to the study (which may prune) and to the target.
+
+As in hpo's loop (`hpo.trial.trainer`), an ordinary step makes no host read: the loss goes into a
+`DeviceHealth` and the step into a `StepTimer`, both read at check boundaries (every
+`check_every` steps, the profiled step, the last step, a budget the host clock says may be spent,
+and the start of each validation, so no metric is taken from a model trained past a NaN)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -15,11 +19,13 @@ import torch
 
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import MIN_GRAD_SCALE
+from hpo.engine.health import DeviceHealth
 from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
-from hpo.hardware.runtime import synchronize
-from hpo.torch_compat import unscales_in_its_step
+from hpo.hardware.step_timer import step_timer
+from hpo.torch_compat import scale_on_device, unscales_in_its_step
+from hpo.trial.step_tally import StepTally
 from hpo.trial.trainer import evidence_step_index
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.lightning import LightningWorkload, as_dict
@@ -35,9 +41,22 @@ def callback_class():
         def __init__(self, view: SimpleNamespace, config: TrialConfig, workload: LightningWorkload, on_eval):
             self.view, self.config, self.workload, self.on_eval = view, config, workload, on_eval
             self.evidence_at = evidence_step_index(config)
-            self.step_times, self.samples, self.history, self.observed = [], 0, [], {}
-            self.train_s, self.reached = 0.0, None  # training time as hpo's loop counts it
-            self._capture, self._start = None, 0.0
+            self.tally, self.timer = StepTally(self.evidence_at), step_timer(view.device)
+            self.health = DeviceHealth(view.device)
+            self.history, self.observed, self.reached = [], {}, None
+            self._capture = None
+
+        @property
+        def step_times(self) -> list[float]:
+            return self.tally.step_times
+
+        @property
+        def samples(self) -> int:
+            return self.tally.samples
+
+        @property
+        def train_s(self) -> float:  # training time as hpo's loop counts it
+            return self.tally.train_s
 
         @contextlib.contextmanager
         def capture_closed(self) -> Iterator[None]:
@@ -59,36 +78,53 @@ def callback_class():
             if trainer.global_step == self.evidence_at:
                 self._capture = capture_step(self.view)
                 self._evidence = self._capture.__enter__()
-            synchronize(self.view.device)
-            self._start = time.perf_counter()
+            self.timer.start()
 
         def on_before_backward(self, trainer, pl_module, loss) -> None:
             self.view.memory.sample()  # activations are alive: the step's high-water mark
-            if not torch.isfinite(loss.detach()):
-                raise TrialRejected(Verdict.make(Kind.DIVERGED, f"step {trainer.global_step}: loss is {loss.item()}"))
+            self.health.record(trainer.global_step, loss)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            synchronize(self.view.device)
+            self.timer.stop()
             step = trainer.global_step - 1
-            if self._capture is not None:
+            self.tally.ended(step, self.workload.samples_in(as_dict(batch)))
+            training = self.config.training
+            budget = training.budget_s
+            spent = budget is not None and self.tally.train_s + self.timer.host_s >= budget
+            due = (step + 1) % training.check_every == 0 or step + 1 == training.max_steps
+            if not (self._capture is not None or spent or due):
+                return
+            profiled = self._capture is not None
+            if profiled:
                 self._capture.__exit__(None, None, None)
                 self._capture = None
+            self.check(step)  # a NaN in the profiled step is divergence before it is anything else
+            if profiled:
                 self.observed = observed_knobs(self._evidence)
                 problems = mismatches(self.config.knobs, self.observed)
                 if problems:
                     raise TrialRejected(mismatch_verdict(Kind.MISMATCH, problems, self.config.knobs), observed=self.observed)
-            else:  # the profiled step's cost is hpo's profiler, not the knobs'
-                self.train_s += time.perf_counter() - self._start
-            if step > self.evidence_at:
-                self.step_times.append(time.perf_counter() - self._start)
-                self.samples += self.workload.samples_in(as_dict(batch))
-            budget = self.config.training.budget_s
-            if budget is not None and self.train_s >= budget:
+            if budget is not None and self.tally.train_s >= budget:
                 trainer.should_stop = True
+
+        def check(self, step: int) -> None:
+            """A check boundary: the step times and the health the steps kept on the device."""
             scaler = self.view.scaler
-            if scaler is not None and scaler.get_scale() < MIN_GRAD_SCALE:
-                detail = f"step {step}: fp16 GradScaler scale collapsed to {scaler.get_scale():.3g}"
+            reading = self.health.read(scale_on_device(scaler) if scaler is not None else None)
+            self.tally.add(self.timer.read())
+            if reading.first_bad_step is not None:
+                detail = f"step {reading.first_bad_step}: loss is {reading.first_bad_loss}"
                 raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
+            if reading.scale is not None and reading.scale < MIN_GRAD_SCALE:
+                detail = f"step {step}: fp16 GradScaler scale collapsed to {reading.scale:.3g}"
+                raise TrialRejected(Verdict.make(Kind.DIVERGED, detail))
+
+        def on_validation_start(self, trainer, pl_module) -> None:
+            if not trainer.sanity_checking:
+                self.check(trainer.global_step - 1)
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            self.check(trainer.global_step - 1)  # the steps since the last boundary count too
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
             # hpo clips here rather than through Lightning's gradient_clip_val, which refuses a fused

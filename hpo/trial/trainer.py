@@ -2,10 +2,20 @@
 that end it: `max_steps`, the time budget (`budget_s`), the target, and the slow check (the fastest
 of the first `SLOW_CHECK_STEPS` steady steps against the reference's step, see `hpo.verify.slow`).
 
-Training time (`train_s`) is the wall time of the training steps: fetching the batch, forward,
-backward and the optimizer step, synchronized on CUDA. The probe, model build, evaluation and the
-single profiled evidence step are not training time; compilation, which happens in the first step,
-is: a knob that must compile pays for it."""
+An ordinary step never waits for the device: no loss read, no synchronize. The host reads the
+device only at a check boundary: every `check_every` steps, at the profiled evidence step, at the
+slow check, before each evaluation, at the last step, and when the time budget or a time mark may
+have been reached. There the health the steps kept on the device is read (a non-finite loss ends
+the trial `diverged` at its first bad step, before anything is evaluated) and the step times are
+collected (`hpo.hardware.step_timer`: CUDA events on CUDA, the host clock on CPU).
+
+Training time (`train_s`) is the time of the training steps: fetching the batch, forward, backward
+and the optimizer step, as the device ran them. The probe, model build, evaluation and the single
+profiled evidence step are not training time; compilation, which happens in the first step, is: a
+knob that must compile pays for it. Between boundaries the budget and the time marks are judged on
+the host's clock, which never runs ahead of the device's (on CUDA a step ends on the device no
+sooner than the host launched it), so a trial stops at most the few steps the host has queued
+past its budget, and `train_s` is the exact figure read at that boundary."""
 
 from __future__ import annotations
 
@@ -21,7 +31,8 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
-from hpo.hardware.runtime import synchronize
+from hpo.hardware.step_timer import step_timer
+from hpo.trial.step_tally import StepTally
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.slow import SlowLimit
 
@@ -71,6 +82,11 @@ class EvalSchedule:
     def __init__(self, training: TrainingConfig):
         self.training, self.next_mark = training, training.eval_marks_s
 
+    def wants(self, steps: int, train_s: float) -> bool:
+        """Whether an evaluation may be due after `steps` steps and `train_s` seconds (no change)."""
+        marks = self.training.eval_marks_s
+        return steps % self.training.eval_every == 0 if marks is None else train_s >= self.next_mark
+
     def due(self, steps: int, train_s: float) -> int | None:
         """The report step if an evaluation is due after `steps` steps and `train_s` seconds."""
         marks = self.training.eval_marks_s
@@ -97,42 +113,39 @@ def train(
     """Train until `max_steps`, the time budget or the target, evaluating on the schedule. Raises
     TrialRejected on divergence or a knob the evidence shows did not run as asked, and TooSlow
     when `slow` is given and the first steady steps exceed it."""
-    training, device = config.training, assembled.device
+    training = config.training
     batches = assembled.workload.train_batches(training.batch_size, config.seed)
     evidence_at, schedule = evidence_step_index(config), EvalSchedule(training)
-    step_times, samples, history, observed, train_s, reached = [], 0, [], {}, 0.0, None
-    evidence_s = eval_s = 0.0
+    tally, timer = StepTally(evidence_at), step_timer(assembled.device)
+    history, observed, evidence, reached, eval_s = [], {}, None, None, 0.0
     # Train mode from the first step: transformers' from_pretrained and the probe leave models in
     # eval mode, which would train without dropout until the first evaluation switched it.
     assembled.model.train()
-    idle = False  # whether the device is known to have no queued work: the last step ended synchronized
     for step in range(training.max_steps):
-        if not idle:  # one sync per step: the end of the last step's timing already waited for the device
-            synchronize(device)
-        start = time.perf_counter()
+        timer.start()
         batch = assembled.move(next(batches))
         if step == evidence_at:
             with capture_step(assembled) as evidence:
-                _step(assembled, batch, step)
-            observed = _verified(config, observed_knobs(evidence))
+                run_step(assembled, batch, step)
         else:
-            _step(assembled, batch, step)
-        synchronize(device)
-        idle = True
-        elapsed = time.perf_counter() - start
-        if step != evidence_at:  # the profiled step's cost is hpo's profiler, not the knobs'
-            train_s += elapsed
-        else:
-            evidence_s = elapsed
-        if step > evidence_at:  # compile and profiling steps are not steady state
-            step_times.append(elapsed)
-            samples += assembled.workload.samples_in(batch)
-            if slow is not None and len(step_times) == SLOW_CHECK_STEPS:
-                _check_speed(config, slow, 1000 * min(step_times), observed)
+            run_step(assembled, batch, step)
+        timer.stop()
+        tally.ended(step, assembled.workload.samples_in(batch))
+        checking_speed = slow is not None and step - evidence_at == SLOW_CHECK_STEPS
+        if not (step == evidence_at or checking_speed or _boundary(training, schedule, step, tally.train_s + timer.host_s)):
+            continue
+        # A check boundary: the device is read here, and only here.
+        _check_health(assembled, step)
+        tally.add(timer.read())
+        if evidence is not None:
+            observed, evidence = _verified(config, observed_knobs(evidence)), None
+        if slow is not None and len(tally.step_times) == SLOW_CHECK_STEPS:
+            _check_speed(config, slow, 1000 * min(tally.step_times), observed)
+        train_s = tally.train_s
         last = step + 1 == training.max_steps or (training.budget_s is not None and train_s >= training.budget_s)
         report = schedule.final(step + 1, train_s) if last else schedule.due(step + 1, train_s)
         if report is not None:
-            eval_start, idle = time.perf_counter(), False
+            eval_start = time.perf_counter()
             metrics = _checked_metrics(assembled.evaluate(), step)
             eval_s += time.perf_counter() - eval_start
             history.append((report, metrics))
@@ -143,8 +156,9 @@ def train(
                 break
         if last:
             break
+    step_times = tally.step_times
     step_s = statistics.median(step_times) if step_times else float("nan")
-    per_step = samples / len(step_times) if step_times else 0
+    per_step = tally.samples / len(step_times) if step_times else 0
     return TrainResult(
         metrics=history[-1][1],
         knobs_observed=observed,
@@ -153,25 +167,34 @@ def train(
         peak_mem_mb=assembled.memory.peak_mb,
         n_params=assembled.n_params,
         steps=step + 1,
-        train_s=train_s,
+        train_s=tally.train_s,
         time_to_target_s=reached,
-        evidence_s=evidence_s,
+        evidence_s=tally.evidence_s,
         eval_s=eval_s,
         fastest_step_ms=1000 * min(step_times) if step_times else None,
     )
+
+
+def _boundary(training: TrainingConfig, schedule: EvalSchedule, step: int, train_s: float) -> bool:
+    """Whether step `step` ends at a check boundary: the check interval, the last step, an
+    evaluation due, or a time budget reached by `train_s` (a lower bound of the time trained)."""
+    steps = step + 1
+    if steps % training.check_every == 0 or steps == training.max_steps or schedule.wants(steps, train_s):
+        return True
+    return training.budget_s is not None and train_s >= training.budget_s
+
+
+def _check_health(assembled: AssembledModel, step: int) -> None:
+    try:
+        assembled.check_health(step)
+    except NonFiniteLoss as exc:
+        raise TrialRejected(Verdict.make(Kind.DIVERGED, str(exc))) from None
 
 
 def _check_speed(config: TrialConfig, slow: SlowLimit, step_ms: float, observed: dict) -> None:
     verdict = slow.verdict(config.knobs, step_ms)
     if verdict is not None:
         raise TooSlow(verdict, observed, step_ms)
-
-
-def _step(assembled: AssembledModel, batch, step: int) -> None:
-    try:
-        run_step(assembled, batch, step)
-    except NonFiniteLoss as exc:
-        raise TrialRejected(Verdict.make(Kind.DIVERGED, str(exc))) from None
 
 
 def _verified(config: TrialConfig, observed: dict) -> dict:
