@@ -155,9 +155,10 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def run_vs_bare(bench: VsBareBench, log: Callable[[str], None] = _progress) -> dict:
+def run_vs_bare(bench: VsBareBench, log: Callable[[str], None] = _progress, on_run: Callable[[dict], None] | None = None) -> dict:
     """The whole comparison: {"meta", "runs", "summary"}. Raises UserInputError before any training
-    for a config the comparison cannot run."""
+    for a config the comparison cannot run. `on_run` gets the result so far after every run, so a
+    caller cut short (a GPU session's time limit) keeps what ran."""
     bench.validate()
     runs = []
     for r in range(bench.repeats):
@@ -166,4 +167,6 @@ def run_vs_bare(bench: VsBareBench, log: Callable[[str], None] = _progress) -> d
             runs.append(row)
             speed = row.get("samples_per_s")
             log(f"[{r + 1}/{bench.repeats}] {side:4s} {row['verdict'][:80]}  " + (f"{speed:.1f} samples/s" if speed else ""))
+            if on_run is not None:
+                on_run({"meta": meta(bench, runs), "runs": runs, "summary": summarize(runs)})
     return {"meta": meta(bench, runs), "runs": runs, "summary": summarize(runs)}
