@@ -33,6 +33,7 @@ class Run:
 
     argv: Sequence[str]
     stdout: Path | None = None
+    stderr_too: bool = False  # with `stdout`: the file gets stderr as well (hpo run's progress lines)
 
     def __str__(self) -> str:
         return " ".join(self.argv) + (f" > {self.stdout}" if self.stdout else "")
@@ -133,7 +134,8 @@ def _run(command: Run, out, limit: float, env: dict, cwd: Path) -> int | str:
     out.flush()
     stdout = command.stdout.open("w") if command.stdout else out
     try:
-        proc = subprocess.Popen(command.argv, stdout=stdout, stderr=out, env=env, cwd=cwd, start_new_session=True)
+        stderr = stdout if command.stderr_too else out
+        proc = subprocess.Popen(command.argv, stdout=stdout, stderr=stderr, env=env, cwd=cwd, start_new_session=True)
         try:
             return proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:

@@ -79,8 +79,8 @@ class Plan:
         """A step's limit: toy steps share a busy CPU, and check what runs, not how fast."""
         return seconds * TOY_SLOWER if self.toy else seconds
 
-    def hpo(self, *args: str, stdout: Path | None = None) -> Run:
-        return Run((self.py, "-m", "hpo", *args), stdout)
+    def hpo(self, *args: str, stdout: Path | None = None, stderr_too: bool = False) -> Run:
+        return Run((self.py, "-m", "hpo", *args), stdout, stderr_too)
 
     def script(self, name: str, *args: str) -> Run:
         return Run((self.py, str(self.repo / "scripts" / name), *args))
@@ -255,7 +255,9 @@ class Plan:
     def _study(self, strategy: str, space: Path) -> tuple:
         storage = f"sqlite:///{self.work / f'{strategy}.db'}"
         name = f"gpu-{strategy}"
-        run = self.hpo("run", str(space), "--study", name, "--storage", storage, stdout=self.work / f"{strategy}-run.txt")
+        run = self.hpo(
+            "run", str(space), "--study", name, "--storage", storage, stdout=self.work / f"{strategy}-run.txt", stderr_too=True
+        )
         best = self.hpo("best", "--study", name, "--storage", storage, "--json", stdout=self.work / f"{strategy}-best.json")
         return (run, best)
 

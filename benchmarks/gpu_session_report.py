@@ -67,7 +67,7 @@ def _vs_bare(result: dict | None, compiled: dict | None) -> list[str]:
     if compiled:
         lines += [
             "",
-            "| big.yaml | samples/s | MFU % | peak MB | probe s | trial s | verdict |",
+            f"| {Path(result['meta']['config']).name} | samples/s | MFU % | peak MB | probe s | trial s | verdict |",
             "|---|---|---|---|---|---|---|",
             f"| eager (hpo side above) | {_num(s['hpo_reported_samples_per_s'])} | {_num(_pct(s['hpo_reported_mfu']))} | "
             f"{_num(s['hpo_peak_mem_mb'])} | | | ok |",
@@ -119,14 +119,14 @@ def _gpu_check(rows: list[dict]) -> list[str]:
         off = [r for r in group if (probe_vs_training(r) or 0) and abs(probe_vs_training(r)) > PROBE_TRAIN_LIMIT]
         refused = len(group) - kinds["ok"] - kinds["crashed"]
         lines.append(f"| {stream} | {len(group)} | {kinds['ok']} | {refused} | {kinds['crashed']} | {len(off)} |")
-    lines += ["", "Rows not ok:", ""]
-    for r in rows:
-        if r["verdict"] != "ok":
-            k = r["knobs"]
-            lines.append(
-                f"- {r['workload']} {k['precision']}/{k['attention']}/{k['optimizer']} ckpt={k['grad_checkpointing']} "
-                f"compile={k['compile']}: {r['verdict'][:160]}"
-            )
+    not_ok = [r for r in rows if r["verdict"] != "ok"]
+    lines += ["", f"Rows not ok: {len(not_ok) or 'none'}", ""]
+    for r in not_ok:
+        k = r["knobs"]
+        lines.append(
+            f"- {r['workload']} {k['precision']}/{k['attention']}/{k['optimizer']} ckpt={k['grad_checkpointing']} "
+            f"compile={k['compile']}: {r['verdict'][:160]}"
+        )
     return lines
 
 

@@ -97,6 +97,7 @@ def summarize(runs: list[dict]) -> dict:
     """Medians per side and the hpo / bare ratios (of the medians, and per round)."""
     side = {name: [r for r in runs if r["side"] == name and r.get("samples_per_s")] for name in SIDES}
     sps = {name: _median([r["samples_per_s"] for r in rows]) for name, rows in side.items()}
+    per_cpu_s = {name: _median([r.get("samples_per_cpu_s") for r in rows]) for name, rows in side.items()}
     peak = {name: _median([r["peak_mem_mb"] for r in rows]) for name, rows in side.items()}
     above = {name: _median([r["peak_mem_mb"] - r["base_mem_mb"] for r in rows]) for name, rows in side.items()}
     hpo_rows = side["hpo"]
@@ -109,6 +110,8 @@ def summarize(runs: list[dict]) -> dict:
         "bare_samples_per_s": sps["bare"],
         "throughput_ratio": _ratio(sps["hpo"], sps["bare"]),
         "throughput_ratio_per_round": [_ratio(a.get("samples_per_s"), b.get("samples_per_s")) for a, b in rounds],
+        # On a CPU only: samples per second of each process's own CPU time, which a busy host changes less.
+        "cpu_time_ratio": _ratio(per_cpu_s["hpo"], per_cpu_s["bare"]),
         "hpo_peak_mem_mb": peak["hpo"],
         "bare_peak_mem_mb": peak["bare"],
         "peak_mem_ratio": _ratio(peak["hpo"], peak["bare"]),

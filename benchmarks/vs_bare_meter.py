@@ -36,6 +36,7 @@ class Window:
     """One iterator's draws: when each batch was drawn, its samples, the memory peak, the last loss."""
 
     draws: list[float] = field(default_factory=list)
+    cpu_draws: list[float] = field(default_factory=list)  # the process's CPU time at each draw
     samples: list[int] = field(default_factory=list)
     peak_bytes: int = 0
     last_loss: torch.Tensor | None = None
@@ -46,6 +47,13 @@ class Window:
         if len(self.draws) < warmup + 2:
             return None
         return sum(self.samples[warmup:-1]) / (self.draws[-1] - self.draws[warmup])
+
+    def samples_per_cpu_s(self, warmup: int) -> float | None:
+        """The same samples per second of this process's CPU time (all its threads): on a CPU shared
+        with other work, what a step costs rather than how long it waited for a core."""
+        if len(self.cpu_draws) < warmup + 2:
+            return None
+        return sum(self.samples[warmup:-1]) / (self.cpu_draws[-1] - self.cpu_draws[warmup])
 
 
 class StepMeter:
@@ -73,6 +81,7 @@ class StepMeter:
 
     def drew(self, window: Window, samples: int) -> None:
         window.draws.append(time.perf_counter())
+        window.cpu_draws.append(time.process_time())
         window.samples.append(samples)
 
     def forward_done(self, window: Window | None, loss: torch.Tensor) -> None:

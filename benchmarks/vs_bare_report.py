@@ -43,6 +43,7 @@ def table(result: dict) -> str:
         f"hpo / bare throughput  {_num(summary['throughput_ratio'], '.3f')}x  "
         f"({_num(summary['hpo_samples_per_s'])} vs {_num(summary['bare_samples_per_s'])} samples/s; "
         f"{_goal(summary['throughput_ratio'], goals['throughput_ratio'], True)})",
+        f"hpo / bare samples per CPU-second {_num(summary.get('cpu_time_ratio'), '.3f')}x  (CPU only: each process's own CPU time)",
         f"hpo / bare peak memory {_num(summary['peak_mem_ratio'], '.3f')}x  "
         f"({_num(summary['hpo_peak_mem_mb'])} vs {_num(summary['bare_peak_mem_mb'])} MB; "
         f"{_goal(summary['peak_mem_ratio'], goals['peak_mem_ratio'], False)}); above the process's memory "

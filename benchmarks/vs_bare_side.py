@@ -90,6 +90,7 @@ def measure(side: str, config_path: Path, device: str | None, warmup: int) -> di
             "device_model": device_model(resolve_device(row["device"])),
             "steps_drawn": len(window.draws),
             "samples_per_s": window.samples_per_s(warmup) if row["verdict"] == "ok" else None,
+            "samples_per_cpu_s": window.samples_per_cpu_s(warmup) if row["verdict"] == "ok" and not on_cuda else None,
             "peak_mem_mb": window.peak_bytes / 2**20,
             "base_mem_mb": base / 2**20,
             "last_loss": None if window.last_loss is None else float(window.last_loss),

@@ -30,11 +30,12 @@ systems: {{precision: fp32, attention: sdpa, optimizer: fused, grad_checkpointin
 
 
 def test_throughput_is_the_samples_between_the_warmup_draw_and_the_last():
-    window = Window(draws=[0.0, 5.0, 6.0, 7.0, 9.0], samples=[8, 8, 8, 8, 4])
+    window = Window(draws=[0.0, 5.0, 6.0, 7.0, 9.0], cpu_draws=[0.0, 1.0, 2.0, 2.5, 3.0], samples=[8, 8, 8, 8, 4])
     # draws 1..4 are 4 s apart and cover the steps of draws 1, 2 and 3: 24 samples
     assert window.samples_per_s(warmup=1) == pytest.approx(24 / 4)
     assert window.samples_per_s(warmup=3) == pytest.approx(8 / 2)  # one step: draw 3 to draw 4
     assert window.samples_per_s(warmup=4) is None  # no step between two draws past the warm-up
+    assert window.samples_per_cpu_s(warmup=1) == pytest.approx(24 / 2)  # the process's CPU seconds
 
 
 def test_the_training_window_is_the_iterator_drawn_from_most_and_evaluation_is_not_counted(monkeypatch):
@@ -109,7 +110,7 @@ def test_bench_vs_bare_trains_the_same_thing_both_ways_and_prints_the_ratios(tmp
     assert (hpo["side"], bare["side"]) == ("hpo", "bare")
     for run in (hpo, bare):
         assert run["verdict"] == "ok" and run["steps_drawn"] == 8, run
-        assert run["samples_per_s"] > 0 and run["peak_mem_mb"] > run["base_mem_mb"] > 0
+        assert run["samples_per_s"] > 0 and run["samples_per_cpu_s"] > 0 and run["peak_mem_mb"] > run["base_mem_mb"] > 0
     assert hpo["hpo"]["knobs_observed"]["optimizer"] == "fused"
     # Same initial weights, batches, knobs and clipping: both loops end on the same training loss.
     assert hpo["last_loss"] == pytest.approx(bare["last_loss"], rel=1e-4)
