@@ -1,5 +1,6 @@
 """The hand-written training loop `bench-vs-bare` holds hpo's against: what a user writes in plain
-PyTorch for the same config (like ../shared/gpu/bare.py, the H200 run's).
+PyTorch for the same config, like the loop hpo was held against on its first GPU run
+(docs/benchmarks/gpu.md).
 
 The same workload (so the same model class and batches), the same seed and initial weights, the
 same knobs applied with plain torch (autocast, the pinned SDPA kernel, AdamW's fused or foreach

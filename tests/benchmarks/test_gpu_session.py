@@ -131,3 +131,16 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert record["compiled"]["verdict"] == "ok" and record["compiled"]["knobs_observed"]["compile"] is True
     summary = (out / f"gpu-session-{kind}.md").read_text()
     assert "| correctness |" in summary and "## gpu-check" in summary and "## joint study" in summary
+
+
+def test_the_gpu_and_its_driver_are_read_from_nvidia_smi(tmp_path, monkeypatch):
+    # nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader prints one line per GPU.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.159.03, 143771 MiB'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    from benchmarks.host import gpu_info, host_kind
+
+    info = gpu_info()
+    assert info == {"gpu_name": "NVIDIA H200", "gpu_driver": "580.159.03", "gpu_memory": "143771 MiB"}
+    assert host_kind({}, info["gpu_name"]) == "cuda-nvidia-h200"
