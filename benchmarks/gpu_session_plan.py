@@ -66,7 +66,7 @@ def _replace(text: str, old: str, new: str) -> str:
 class Plan:
     """The steps of one session; each writes under `work` and keeps its results under `out`."""
 
-    def __init__(self, repo: Path, out: Path, work: Path, kind: str, wheels: Path, toy: bool):
+    def __init__(self, repo: Path, out: Path, work: Path, kind: str, wheels: Path | None, toy: bool):
         self.repo, self.out, self.work, self.kind, self.wheels, self.toy = repo, out, work, kind, wheels, toy
         self.py = sys.executable
         self.site = work / "site"
@@ -94,12 +94,11 @@ class Plan:
     # ---- 1, 2: install and environment -------------------------------------------------------
 
     def install(self) -> Step:
-        wheels = sorted(str(w) for w in self.wheels.glob("*.whl"))
+        wheels = sorted(str(w) for w in self.wheels.glob("*.whl")) if self.wheels else []
         pip = (self.py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir")
         argv = (*pip, "--upgrade", "--target", str(self.site), *wheels) if wheels else (self.py, "-c", "print('no wheels')")
-        return Step(
-            "install", f"{len(wheels)} carried wheels from {self.wheels.name}/ into {self.site}", self._cap(30), ((Run(argv),),)
-        )
+        what = f"{len(wheels)} carried wheels from {self.wheels.name if self.wheels else 'no folder'}/ into {self.site}"
+        return Step("install", what, self._cap(30), ((Run(argv),),))
 
     def environment(self) -> Step:
         probe = (

@@ -107,10 +107,11 @@ def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
-    out = tmp_path / "out"
+    out, wheels = tmp_path / "out", tmp_path / "wheels"  # none: this venv has every package, for its own Python
+    wheels.mkdir()
     steps = "install,environment,correctness,compiled"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--toy", "--out", str(out), "--only", steps, "--budget", "900"],
+        [sys.executable, str(SCRIPT), "--toy", "--out", str(out), "--wheels", str(wheels), "--only", steps, "--budget", "900"],
         capture_output=True,
         text=True,
         timeout=1200,
