@@ -18,43 +18,14 @@ import sys
 from pathlib import Path
 
 from benchmarks.gpu_session import Run, Step
+from benchmarks.gpu_session_streams import STREAMS, stream_args
 
 __all__ = ["BUDGET_S", "Plan"]
 
 BUDGET_S = 450.0  # the whole session; a device call allows 8 minutes and needs some for its own start
-TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"
-TOY_SLOWER = 4
-
-
-def _args(text: str) -> list[str]:
-    return text.split()
-
-
-# gpu-check streams, run in parallel: label -> its slice of the matrix, at most 8 combinations each,
-# about 10-15 s apiece in a fresh process (the H200 run: 18 in 240 s with six streams side by side).
-# Each covers one of the H200 run's failures (docs/benchmarks/gpu.md) or the knobs around it.
-STREAMS = {
-    # pinned kernels observed as asked; fp32 refusals; unpinned sdpa's first-call cost (cuDNN at bf16)
-    "attention": _args(
-        "--workloads causal_lm --precision fp32 bf16 --attention eager sdpa sdpa_flash sdpa_cudnn --optimizer fused"
-    ),
-    "optimizer": _args(
-        "--workloads causal_lm --precision bf16 --attention sdpa --optimizer forloop foreach fused --checkpointing false true"
-    ),
-    # Lightning's probe timing against its training speed
-    "lightning": _args(
-        "--workloads causal_lm_lightning --precision bf16 --attention eager sdpa sdpa_cudnn sdpa_flash --optimizer fused"
-    ),
-    # cuDNN's RNN backward needs train mode: every combination crashed on the H200
-    "rnn": _args("--workloads timeseries_classification --precision fp32 bf16 fp16 --attention eager --optimizer forloop fused"),
-    # graphs compiled per kernel: bf16 cuDNN then flash must each observe their own; fp32 flash refused with its cause
-    "compile": _args(
-        "--workloads causal_lm --precision bf16 fp32 --attention sdpa_cudnn sdpa_flash --optimizer fused --compile default"
-    ),
-}
-# What a stream that does not choose it runs with: 5 training steps, 100 s per combination at most.
-STREAM_DEFAULTS = {"--checkpointing": ["false"], "--compile": ["false"], "--steps": ["5"], "--timeout": ["100"]}
 KNOB_SHAPE = ["d_model=768", "n_layers=6", "n_heads=12", "seq_len=512"]  # the H200 run's knob benchmark
+TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"  # the studies' toy model (gpu_session_streams.py has its own)
+TOY_SLOWER = 4
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -86,10 +57,8 @@ class Plan:
         return Run((self.py, str(self.repo / "scripts" / name), *args))
 
     def steps(self) -> list[Step]:
-        return [self.install(), self.environment(), self.correctness(), self.knob_bench(), self.against_bare()] + [
-            self.compiled(),
-            self.probe_first(),
-        ]
+        timing = [self.knob_bench(), self.against_bare(), self.compiled()]
+        return [self.install(), self.environment(), self.correctness(), *timing, self.probe_first()]
 
     # ---- 1, 2: install and environment -------------------------------------------------------
 
@@ -123,7 +92,10 @@ class Plan:
 
     def correctness(self) -> Step:
         streams = list(STREAMS)[:2] if self.toy else list(STREAMS)  # two toy streams show the parallel merge
-        jobs = [(self.script("gpu-check", *self._stream(name), "--out-dir", str(self.work / f"gc-{name}")),) for name in streams]
+        jobs = [
+            (self.script("gpu-check", *stream_args(name, self.toy), "--out-dir", str(self.work / f"gc-{name}")),)
+            for name in streams
+        ]
         jobs.append(self._study("joint", self._space("joint")))
 
         def merge() -> None:
@@ -138,25 +110,6 @@ class Plan:
         collect = lambda record: record.__setitem__("joint", self._study_result("joint"))
         what = f"gpu-check streams {', '.join(streams)} and a joint study, in parallel"
         return Step("correctness", what, self._cap(130), tuple(jobs), collect=collect, poll=merge)
-
-    def _stream(self, name: str) -> list[str]:
-        if self.toy:  # one combination per stream, of a tiny model, on the CPU
-            return ["--workloads", TOY_WORKLOAD, "--precision", "fp32", "--attention", "sdpa", "--optimizer", "fused"] + [
-                "--checkpointing",
-                "false",
-                "--compile",
-                "false",
-                "--steps",
-                "2",
-                "--batch-size",
-                "4",
-                "--device",
-                "cpu",
-                "--timeout",
-                "120",
-            ]
-        chosen = STREAMS[name]
-        return chosen + [arg for flag, values in STREAM_DEFAULTS.items() if flag not in chosen for arg in (flag, *values)]
 
     # ---- 4-6: timing, each alone --------------------------------------------------------------
 
