@@ -62,7 +62,8 @@ def run_hpo(config_path: Path, device: str | None) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         config, outcome = retrain(hpo_config_file(config_path, device, Path(folder)))
     attrs = outcome.attrs
-    return {"verdict": str(outcome.verdict), "device": config.device, "hpo": {str(k): attrs.get(k) for k in HPO_ATTRS}}
+    device_used = str(resolve_device(config.device))  # "auto" named as what it resolved to: cuda or cpu
+    return {"verdict": str(outcome.verdict), "device": device_used, "hpo": {str(k): attrs.get(k) for k in HPO_ATTRS}}
 
 
 def run_bare(config_path: Path, device: str | None) -> dict:

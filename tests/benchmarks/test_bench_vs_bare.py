@@ -101,7 +101,8 @@ def test_the_summary_pairs_each_round_and_takes_the_probe_share_from_hpo():
 def test_bench_vs_bare_trains_the_same_thing_both_ways_and_prints_the_ratios(tmp_path):
     config, out = tmp_path / "tiny.yaml", tmp_path / "vs-bare.json"
     config.write_text(TINY.format(ckpt="false"))
-    cmd = [sys.executable, str(SCRIPT), "--config", str(config), "--device", "cpu", "--repeats", "1", "--warmup", "3"]
+    # No --device: the config's `auto`, which both sides must record as what it resolved to.
+    cmd = [sys.executable, str(SCRIPT), "--config", str(config), "--repeats", "1", "--warmup", "3"]
     proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=300, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -118,6 +119,7 @@ def test_bench_vs_bare_trains_the_same_thing_both_ways_and_prints_the_ratios(tmp
     assert summary["throughput_ratio"] > 0 and summary["peak_mem_ratio"] > 0
     assert 0 < summary["probe_share"] < 1
     assert result["meta"]["knobs"]["precision"] == "fp32" and result["meta"]["commit"]
+    assert {hpo["device"], bare["device"], result["meta"]["device"]} == {"cuda" if torch.cuda.is_available() else "cpu"}
     assert "hpo / bare throughput" in proc.stdout and "hpo / bare peak memory" in proc.stdout
 
 
