@@ -134,3 +134,37 @@ def test_a_config_the_bare_loop_cannot_run_is_a_user_error(tmp_path):
     )
     assert proc.returncode == 2 and not (tmp_path / "x.json").exists(), proc.stderr
     assert "systems.grad_checkpointing" in proc.stderr
+
+
+def _tiny_config(**knobs) -> TrialConfig:
+    from hpo.config.trial import TrainingConfig
+
+    options = {"d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 16, "corpus_bytes": 4000, "eval_batches": 1}
+    return TrialConfig(
+        workload="causal_lm", workload_options=options, training=TrainingConfig(batch_size=2, max_steps=2), knobs=Knobs(**knobs)
+    )
+
+
+@pytest.mark.parametrize(
+    ("knobs", "kernel"),
+    [
+        ({"attention": "sdpa_math"}, "aten::_scaled_dot_product_attention_math"),  # the pin holds in forward and backward
+        ({"attention": "sdpa"}, "aten::_scaled_dot_product_flash_attention_for_cpu"),  # unpinned: PyTorch's choice on CPU
+        ({"precision": "fp16", "attention": "sdpa_math", "optimizer": "foreach"}, "aten::_scaled_dot_product_attention_math"),
+    ],
+)
+def test_the_bare_loop_runs_the_kernel_it_pins_and_trains(knobs, kernel):
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.bare_loop import train_bare
+    from hpo.workloads.registry import create_workload
+
+    config = _tiny_config(**knobs)
+    workload = create_workload("causal_lm", config.workload_options)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss = train_bare(workload, config, torch.device("cpu"))
+    names = {event.name for event in prof.events()}
+    assert kernel in names, sorted(n for n in names if "attention" in n)
+    assert torch.isfinite(loss)
+    if knobs.get("precision") == "fp16":  # autocast reached the matmuls, and GradScaler unscaled before clipping
+        assert any("_amp_foreach_non_finite_check_and_unscale_" in n for n in names)
