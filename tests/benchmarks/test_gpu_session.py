@@ -111,7 +111,21 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     wheels.mkdir()
     steps = "install,environment,correctness,compiled"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--toy", "--out", str(out), "--wheels", str(wheels), "--only", steps, "--budget", "900"],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--toy",
+            "--out",
+            str(out),
+            "--wheels",
+            str(wheels),
+            "--only",
+            steps,
+            "--budget",
+            "900",
+            "--commit",
+            "abc1234",
+        ],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -126,6 +140,7 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert [s["step"] for s in record["steps"]] == steps.split(",")
     assert all(s["result"] == "ok" for s in record["steps"]), record["steps"]
     assert record["meta"]["torch"] and record["meta"]["toy"] and "attention" in record["doctor"]
+    assert record["meta"]["commit"] == "abc1234"  # as sent: the device's copy of the tree may have no .git
     rows = [json.loads(line) for line in (out / f"gpu-check-{kind}.jsonl").read_text().splitlines()]
     assert {row["stream"] for row in rows} == {"attention", "optimizer"} and all(r["verdict"] == "ok" for r in rows)
     assert record["joint"]["trials"] and record["joint"]["best"][0]["verdict"] == "ok"
