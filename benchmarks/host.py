@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
-__all__ = ["CPU_FLAGS", "cpu_info", "host_kind"]
+__all__ = ["CPU_FLAGS", "cpu_info", "gpu_info", "host_kind"]
 
 CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
 # The CPU kinds, fastest bf16 first: a host is the first whose flag it has.
@@ -42,3 +44,17 @@ def host_kind(cpu_flags: dict[str, bool], cuda_device: str | None = None) -> str
     if cuda_device is not None:
         return "cuda-" + re.sub(r"[^a-z0-9]+", "-", cuda_device.lower()).strip("-")
     return next((kind for flag, kind in CPU_KINDS if cpu_flags.get(flag)), "cpu")
+
+
+def gpu_info() -> dict:
+    """The GPU as nvidia-smi names it, with its driver and memory ({} without nvidia-smi): a GPU
+    result records the driver beside torch's own versions."""
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    query = "--query-gpu=name,driver_version,memory.total"
+    try:
+        proc = subprocess.run(["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    fields = [f.strip() for f in proc.stdout.splitlines()[0].split(",")] if proc.returncode == 0 and proc.stdout else []
+    return dict(zip(("gpu_name", "gpu_driver", "gpu_memory"), fields)) if len(fields) == 3 else {}
