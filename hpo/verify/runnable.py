@@ -116,17 +116,25 @@ def _run_attention(name: str, precision: str, device: torch.device) -> None:
     q, k, v = (torch.randn(1, 2, 16, 64, device=device, dtype=DTYPES[precision], requires_grad=True) for _ in range(3))
     with pinned_kernel(name):
         attention_function(name)(q, k, v, is_causal=True).float().sum().backward()
+    _synchronize(device)
+
+
+def _synchronize(device: torch.device) -> None:
+    """A kernel's own failure surfaces here, not at the next call after the check (CUDA is async)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _optimizer_refusals(name: str, precisions: Sequence[str], device) -> tuple[list[NotRunnable], list[str]]:
-    """One step of optimizer `name` on a small fp32 parameter (the autocast precisions leave the
-    parameters in fp32, so the precision is no part of it)."""
+    """One step of optimizer `name` on a small fp32 parameter. `precisions` go unused: autocast
+    leaves the parameters in fp32, so no precision is part of an optimizer's refusal."""
     from hpo.knobs.optimizers import build_optimizer
 
     param = torch.nn.Parameter(torch.zeros(16, device=device))
     param.grad = torch.ones_like(param)
     try:
         build_optimizer(name, [param], lr=1e-3, weight_decay=0.0).step()
+        _synchronize(device)
     except Exception as exc:  # noqa: BLE001 - classified below; an unknown failure is reported
         verdict = match_known_failure(exc, Knobs(optimizer=name))
         if verdict is None:
