@@ -30,7 +30,7 @@ from hpo.reporting.machines import machine_attr
 from hpo.reporting.notes import DashboardNotes
 from hpo.runtime.forkserver import start_forkserver
 from hpo.study.avoid import avoiding_here
-from hpo.verify.not_runnable import MachineCheck, nothing_left, searched_parts
+from hpo.verify.not_runnable import MachineCheck, check_on, nothing_left, searched_parts
 
 __all__ = ["NothingRunsHere", "check_machine", "forget_checks", "machine_checked"]
 
@@ -82,22 +82,14 @@ def machine_checked(study: optuna.Study, space: SearchSpace, storage_url: str, i
 
 def _run_check(systems: dict, device: str, in_child: bool, space: SearchSpace | None, storage_url: str | None) -> MachineCheck:
     if not in_child:
-        return _check(systems, device)
+        return check_on(systems, device)
     context = start_forkserver(space, storage_url) if space is not None else multiprocessing.get_context("spawn")
     try:
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-            return pool.submit(_check, systems, device).result()
+            return pool.submit(check_on, systems, device).result()
     except concurrent.futures.process.BrokenProcessPool as exc:  # a package's import killed the child
         why = f"the check's process died ({exc}); nothing is left out here: each trial's probe judges its knobs"
         return MachineCheck(device=device, unchecked=(why,))
-
-
-def _check(systems: dict, device: str) -> MachineCheck:
-    """In the child: the check on the device the space's trials run on."""
-    from hpo.hardware.runtime import resolve_device
-    from hpo.verify.runnable import check_values
-
-    return check_values(systems, resolve_device(device))
 
 
 def _record(study: optuna.Study, check: MachineCheck) -> None:

@@ -102,3 +102,32 @@ def test_a_pair_with_a_fixed_knob_is_the_searched_value_alone_and_can_leave_noth
     assert not nothing_left(systems, [PAIR])
     assert nothing_left({**systems, "attention": ["sdpa_flash"]}, [PAIR])
     assert nothing_left(systems, [PAIR, (("attention", "eager"),)])
+
+
+CHILD_CHECK = """
+import json, sys
+from hpo.config.space import parse_space
+from hpo.runtime.machine_check import check_machine
+
+if __name__ == "__main__":
+    space = parse_space({"study": {"name": "c"}, "workload": {"name": "causal_lm"},
+                         "systems": {"attention": ["sdpa", "flash_attn"], "device": "cpu"}}, source="test")
+    check = check_machine(space, in_child=True)
+    print(json.dumps([[n.line() for n in check.not_runnable], "torch" in sys.modules]))
+"""
+
+
+@pytest.mark.slow
+def test_the_check_runs_in_a_child_and_the_worker_imports_no_torch(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "check.py"  # a file: a spawned child re-imports its parent's main module
+    script.write_text(CHILD_CHECK)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines, torch_imported = json.loads(done.stdout.splitlines()[-1])
+    assert [line.split(" ")[0] for line in lines] == ["attention=flash_attn"] and not torch_imported
