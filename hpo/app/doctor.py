@@ -1,7 +1,7 @@
 """`hpo doctor`: the capability table, one row per knob value in `hpo.knobs.registry`, each checked
 by `hpo.verify.runnable.check_values`, the same check that keeps a worker from proposing a value
 that cannot run on its machine: a "no" here is a value no worker here proposes, and a value refused
-only with some precisions says which ("not with precision=fp32: ...")."""
+only with some precisions says "no with precision=fp32: ..." for each."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _rows(check: MachineCheck, knob: str) -> dict:
         pairs = check.pairs_with(knob, value)
         if pairs:
             row["not_with"] = {"precision": pairs}
-            row["why"] = "; ".join([row["why"]] * bool(row["why"]) + [f"not with precision={p}: {w}" for p, w in pairs.items()])
+            row["why"] = "; ".join([row["why"]] * bool(row["why"]) + [f"no with precision={p}: {w}" for p, w in pairs.items()])
         rows[value] = row
     return rows
 

@@ -61,8 +61,11 @@ def test_flash_attn_refused_with_fp32_is_a_pair_and_yes_with_the_rest(gpu_fakes)
     assert check.not_runnable[0].line() == (
         "attention=flash_attn with precision=fp32: FlashAttention only support fp16 and bf16 data type"
     )
-    row = doctor.capability_report(CPU)["attention"]["flash_attn"]
+    report = doctor.capability_report(CPU)
+    row = report["attention"]["flash_attn"]
     assert row["usable"] and row["not_with"] == {"precision": {"fp32": "FlashAttention only support fp16 and bf16 data type"}}
+    expected = "  flash_attn          yes  no with precision=fp32: FlashAttention only support fp16 and bf16 data type"
+    assert expected in doctor.format_report(report).splitlines()
     # With fp32 the only precision searched, flash_attn itself cannot run
     only_fp32 = check_values({"precision": ["fp32"], "attention": ["flash_attn"]}, CPU)
     assert [n.part for n in only_fp32.not_runnable] == [(("attention", "flash_attn"),)]
