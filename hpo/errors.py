@@ -38,8 +38,9 @@ EXIT_CODES: dict[ExitCode, str] = {
     ExitCode.BAD_INPUT: "bad input (a file, a key, a flag, a study name): one line on stderr, nothing written",
     ExitCode.STORAGE_UNREACHABLE: "the storage is unreachable or failed: its server refused, could not be "
     "resolved or timed out, at start or during the run (retry later)",
-    ExitCode.NO_KNOBS_RUN_HERE: "no knob combination can run here: `hpo probe` found none ok, or the opening "
-    "sweep of `study.strategy: probe_first` (`hpo run`, `hpo worker`) verified none (one line per rejected value)",
+    ExitCode.NO_KNOBS_RUN_HERE: "no knob combination can run here: `hpo probe` found none ok, `hpo run` or "
+    "`hpo worker` found, before its first trial, no combination whose values all run on this machine, or the "
+    "opening sweep of `study.strategy: probe_first` verified none (one line per rejected value)",
     ExitCode.WORKER_FAILED: "a worker failed: `hpo worker`'s trial processes kept dying before their trial "
     "started, or a local worker process of `hpo run` exited non-zero",
     ExitCode.INTERNAL_ERROR: "an error in hpo itself (a bug): the traceback is on stderr; please report it",

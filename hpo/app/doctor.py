@@ -1,27 +1,30 @@
 """`hpo doctor`: the capability table, one row per knob value in `hpo.knobs.registry`, each checked
-against what its spec needs with the probes in `hpo.hardware.probes`."""
+by `hpo.verify.runnable.check_values`, the same check that keeps a worker from proposing a value
+that cannot run on its machine: a "no" here is a value no worker here proposes, and a value refused
+only with some precisions says "no with precision=fp32: ..." for each."""
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
 
 import torch
 
-from hpo import __version__, deps
+from hpo import __version__
 from hpo.config.schema import DEVICE_PATTERN
-from hpo.errors import KnobUnavailable, UserInputError
+from hpo.errors import UserInputError
 from hpo.hardware import probes
 from hpo.hardware.peaks import peak_for
 from hpo.hardware.runtime import resolve_device
-from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, Needs
 from hpo.study.samplers import PRUNERS, sampler_requirements
+from hpo.verify.not_runnable import MachineCheck
+from hpo.verify.runnable import check_values, registry_values
 
 
 def capability_report(device: torch.device) -> dict:
     """What runs on `device`: a row per knob value in the registry, plus samplers, pruners, peaks."""
-    precision = _rows(PRECISION_SPECS, device)
+    check = check_values(registry_values(), device)
+    precision = _rows(check, "precision")
     precision["tf32"] = _row(probes.tf32_supported(device))  # a matmul mode trials turn on, not a knob value
     return {
         "device": probes.device_model(device),
@@ -32,8 +35,9 @@ def capability_report(device: torch.device) -> dict:
         "hpo_version": __version__,
         "python": sys.version.split()[0],
         "precision": precision,
-        "attention": _rows(ATTENTION_SPECS, device),
-        "optimizer": _rows(OPTIMIZER_SPECS, device),
+        "attention": _rows(check, "attention"),
+        "optimizer": _rows(check, "optimizer"),
+        "unchecked": list(check.unchecked),
         "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
         "peak_tflops": _peaks(device),
@@ -51,23 +55,18 @@ def _row(cap: probes.Capability) -> dict:
     return {"usable": cap.usable, "why": cap.why}
 
 
-def _rows(specs: Mapping, device: torch.device) -> dict:
-    return {name: _row(usable(spec.name, spec.needs, device)) for name, spec in specs.items()}
-
-
-def usable(name: str, needs: Needs, device: torch.device) -> probes.Capability:
-    """Whether knob value `name` can run on `device`, checked in the order of its needs: a missing
-    package is named first, then a device its kernels do not exist for, then the probe's answer."""
-    if needs.package:
-        try:
-            deps.require(needs.package)
-        except KnobUnavailable as exc:
-            return probes.Capability(False, str(exc).removeprefix("incompatible: "))
-    if needs.devices and device.type not in needs.devices:
-        return probes.Capability(False, f"{name} kernels are {'/'.join(d.upper() for d in needs.devices)}-only")
-    if needs.probe:
-        return getattr(probes, needs.probe)(*needs.probe_args, device)
-    return probes.Capability(True)
+def _rows(check: MachineCheck, knob: str) -> dict:
+    """A row per value: usable or not and why; `not_with` the precisions it is refused with, if any."""
+    rows = {}
+    for value in registry_values()[knob]:
+        why = check.value_why(knob, value)
+        row = {"usable": why is None, "why": why if why is not None else check.remarks.get((knob, value), "")}
+        pairs = check.pairs_with(knob, value)
+        if pairs:
+            row["not_with"] = {"precision": pairs}
+            row["why"] = "; ".join([row["why"]] * bool(row["why"]) + [f"no with precision={p}: {w}" for p, w in pairs.items()])
+        rows[value] = row
+    return rows
 
 
 def _peaks(device: torch.device) -> dict:
@@ -89,6 +88,7 @@ def format_report(report: dict) -> str:
         for name, cap in report[section].items():
             mark = "yes" if cap["usable"] else "no "
             lines.append(f"  {name:<20}{mark}  {cap['why']}".rstrip())
+    lines += [f"unchecked: {line}" for line in report.get("unchecked", ())]
     lines.append("peak TFLOP/s (MFU's denominator):")
     for precision, peak in report["peak_tflops"].items():
         lines.append(

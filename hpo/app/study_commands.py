@@ -55,6 +55,11 @@ def cmd_run(args) -> int:
     if args.workers == 0:  # workers elsewhere (a cluster job) run it
         print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
         return ExitCode.OK
+    from hpo.runtime.placement import default_workers
+
+    here = (args.workers or default_workers()) == 1  # the one worker is this process
+    if not _runnable_here(space, f"study {name!r}", in_child=not (here and args.in_process), url=url if here else None):
+        return ExitCode.NO_KNOBS_RUN_HERE
     if not _probe_first(study, space, f"study {name!r}"):
         return ExitCode.NO_KNOBS_RUN_HERE
     timeout = args.timeout if args.timeout is not None else space.study.timeout
@@ -83,7 +88,10 @@ def cmd_worker(args) -> int:
     study = open_study(args.study, args.storage)
     from hpo.study.create import space_of
 
-    if not _probe_first(study, space_of(study), f"hpo worker: study {args.study!r}"):
+    space, who = space_of(study), f"hpo worker: study {args.study!r}"
+    if not _runnable_here(space, who, in_child=not args.in_process, url=args.storage):
+        return ExitCode.NO_KNOBS_RUN_HERE
+    if not _probe_first(study, space, who):
         return ExitCode.NO_KNOBS_RUN_HERE
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
@@ -94,6 +102,20 @@ def cmd_worker(args) -> int:
         print(f"hpo worker: error: the storage failed ({first_line(exc)}); its trial is retried once stale", file=sys.stderr)
         return ExitCode.STORAGE_UNREACHABLE
     return ExitCode.OK
+
+
+def _runnable_here(space, who: str, in_child: bool, url: str | None) -> bool:
+    """Before the first trial: the searched knob values this machine cannot run are said, one line
+    each (`hpo.runtime.machine_check`); False (exit `NO_KNOBS_RUN_HERE`) when no combination is left."""
+    from hpo.runtime.machine_check import check_machine
+    from hpo.verify.not_runnable import nothing_left
+
+    check = check_machine(space, in_child=in_child, storage_url=url)
+    if not nothing_left(space.systems, check.parts()):
+        return True
+    print(f"{who}: no knob combination can run on this machine ({check.device}); not runnable here:", file=sys.stderr)
+    print("\n".join(n.line() for n in check.not_runnable), file=sys.stderr)
+    return False
 
 
 def _probe_first(study, space, who: str) -> bool:

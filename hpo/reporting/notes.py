@@ -22,6 +22,7 @@ from hpo.knobs.registry import KNOB_NAMES
 from hpo.logging import get_logger
 from hpo.records import RecordKey
 from hpo.reporting.knob_effects import knob_effects, markdown_table
+from hpo.reporting.machines import not_runnable_note
 from hpo.reporting.observed import observed_knob
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
@@ -93,8 +94,10 @@ def study_note(study: optuna.Study) -> str:
     table = markdown_table(effects, metric) if effects else "No knob took more than one value yet."
     schedule = "after trials 10, 20, ... 100, 200, ... 1,000, 2,000, ... and as each worker finishes"
     note = f"## What each knob did ({len(trials)} trials)\n\n{table}\n\nUpdated by hpo {schedule}."
-    decided = study.user_attrs.get(KEPT_ATTR)  # study.strategy probe_first: the sweep's table comes first
-    return note if not decided or decided.get("error") else f"{decision_note(decided)}\n\n{note}"
+    attrs = study.user_attrs
+    decided = attrs.get(KEPT_ATTR)  # study.strategy probe_first: the sweep's table comes first
+    sections = [decision_note(decided) if decided and not decided.get("error") else None, note, not_runnable_note(attrs)]
+    return "\n\n".join(s for s in sections if s)
 
 
 class DashboardNotes:

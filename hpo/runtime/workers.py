@@ -22,6 +22,7 @@ from hpo.runtime.child import die_with_parent
 from hpo.runtime.child_trials import ChildTrials
 from hpo.runtime.in_process_trials import InProcessTrials
 from hpo.runtime.interrupts import in_storage_code, send_again
+from hpo.runtime.machine_check import machine_checked
 from hpo.runtime.placement import default_workers, visible_gpus
 from hpo.runtime.quiet import quiet_optuna
 from hpo.runtime.reference_folders import remove_orphaned_folders
@@ -80,7 +81,9 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
     """Claim tickets and run trials until the budget is spent and no trial is left running or
     starting anywhere (any of them may still die and need a retry). Returns trials run here.
     SIGTERM (how Slurm and Kubernetes stop a job) ends it cleanly: `SystemExit(143)` is raised, its
-    trial process is killed, its trial failed and queued for a retry, and its reference folder removed."""
+    trial process is killed, its trial failed and queued for a retry, and its reference folder removed.
+    Knob values this machine cannot run are never proposed here (`machine_checked`); if nothing is
+    left, `NothingRunsHere` is raised before any trial."""
     quiet_optuna()
     remove_orphaned_folders()  # left by workers on this host that were killed outright
     study, space = open_hpo_study(storage_of(study), study.study_name)  # the space's sampler and pruner
@@ -88,7 +91,7 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
     claimed, budget = tickets.state()
     set_sink(make_display(budget, claimed, study.directions[0] == optuna.study.StudyDirection.MINIMIZE))
     timeout = timeout if timeout is not None else space.study.timeout
-    with stop_on_sigterm():
+    with machine_checked(study, space, storage_url, isolate), stop_on_sigterm():
         run_one = ChildTrials(study, storage_url, space, tickets) if isolate else InProcessTrials(study, space, tickets)
         try:
             return _claim_and_run(study, tickets, run_one, timeout)

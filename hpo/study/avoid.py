@@ -20,11 +20,18 @@ carries the batch size it was measured at, so it avoids the values at that batch
 that names a knob the study does not search (it is fixed) never matches a proposal, so it costs
 nothing; an empty part, which a verdict about training params alone would give, is dropped, or it
 would match every proposal.
+
+A worker also avoids what cannot run on its own machine (`avoiding_here`): the values and pairs
+`hpo.verify.runnable` found unrunnable there before its first trial (a missing package, a kernel
+whose ops do not load, a device type, a known dtype refusal). They are not verdicts of the study:
+a worker on another machine of the same study may run them, so they are kept in this process only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import optuna
@@ -38,7 +45,22 @@ from hpo.storage.optuna_compat import trial_id_of
 from hpo.verdicts import Part, Verdict
 from hpo.verify.store import StudyVerdicts
 
-__all__ = ["AvoidKnownFailures", "known_bad_parts"]
+__all__ = ["AvoidKnownFailures", "avoiding_here", "known_bad_parts"]
+
+# The parts this process's machine cannot run, while a worker is inside `avoiding_here`.
+_NOT_RUNNABLE_HERE: frozenset[Part] = frozenset()
+
+
+@contextlib.contextmanager
+def avoiding_here(parts: Iterable[Part]) -> Iterator[None]:
+    """While inside, every wrapped sampler in this process also avoids `parts` (each a value or a
+    pair of searched knobs), as it avoids the study's verdicts."""
+    global _NOT_RUNNABLE_HERE
+    previous, _NOT_RUNNABLE_HERE = _NOT_RUNNABLE_HERE, frozenset(p for p in parts if p)
+    try:
+        yield
+    finally:
+        _NOT_RUNNABLE_HERE = previous
 
 
 def _parts_of_trial(trial: FrozenTrial) -> Part | None:
@@ -65,9 +87,11 @@ def _parts_of_cache(study: optuna.Study) -> list[Part]:
 
 
 def known_bad_parts(study: optuna.Study) -> set[Part]:
-    """The non-empty parts to avoid, from the study's rejected trials and its verdict cache."""
+    """The non-empty parts to avoid, from the study's rejected trials and its verdict cache, and
+    those this machine cannot run (`avoiding_here`)."""
     trials = study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
-    return {part for part in [*map(_parts_of_trial, trials), *_parts_of_cache(study)] if part}
+    found = {part for part in [*map(_parts_of_trial, trials), *_parts_of_cache(study)] if part}
+    return found | _NOT_RUNNABLE_HERE
 
 
 def _clashes(part: Part, params: dict[str, Any]) -> bool:

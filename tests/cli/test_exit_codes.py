@@ -98,6 +98,26 @@ def test_a_probe_where_no_knob_combination_runs_exits_4(tmp_path):
     assert "no knob combination of" in probe.stderr and "incompatible: non-finite" in probe.stdout
 
 
+def test_a_searched_knob_none_of_whose_values_runs_here_exits_4_at_run_and_at_worker_start(tmp_path):
+    """Checked before the first trial, in a child of the worker's forkserver (`hpo run`, one worker)
+    and again by `hpo worker`: one line per value that cannot run, and no trial."""
+    space = yaml.safe_load(_space(tmp_path, "fp32").read_text())
+    space["systems"]["attention"] = ["flash_attn", "xformers"]  # neither is installed here
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    run = _hpo(tmp_path, "run", "space.yaml")
+    assert run.returncode == ExitCode.NO_KNOBS_RUN_HERE == 4, run.stderr[-2000:]
+    header = "study 'codes': no knob combination can run on this machine (cpu: "
+    said = run.stderr.split(header, 1)[1].splitlines()[1:]
+    assert [line.split(" ")[0] for line in said] == ["attention=flash_attn", "attention=xformers"], run.stderr
+    url = "sqlite:///studies/codes.db"
+    worker = subprocess.run(
+        [sys.executable, "-m", "hpo.app.cli", "worker", "--study", "codes"],
+        cwd=tmp_path, env={**ENV, "HPO_STORAGE": url}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert worker.returncode == 4 and "hpo worker: study 'codes': no knob combination can run" in worker.stderr
+    assert optuna.load_study(study_name="codes", storage=f"sqlite:///{tmp_path / 'studies/codes.db'}").trials == []
+
+
 def test_a_worker_that_cannot_go_on_exits_5(tmp_path):
     """A CUDA error that poisons the device: the in-process worker cannot replace its process, so it stops."""
     space = _space(tmp_path, "fp32", name="fault_workloads:Faulty", fault="sticky", sticky_attention="eager")

@@ -15,6 +15,7 @@ from contracts.fakes import flash_attn as fake_flash_attn
 from contracts.fakes import xformers_ops as fake_xformers_ops
 from hpo import deps
 from hpo.knobs import registry
+from hpo.runtime.machine_check import forget_checks
 
 _MODULE_DUNDERS = {"__name__", "__spec__", "__loader__", "__package__", "__file__", "__cached__", "__builtins__"}
 
@@ -48,5 +49,7 @@ def gpu_fakes(monkeypatch):
         needs = dataclasses.replace(spec.needs, devices=(*spec.needs.devices, "cpu"))
         monkeypatch.setitem(table, name, dataclasses.replace(spec, needs=needs))
     deps._import.cache_clear()
+    forget_checks()  # a worker's check of this machine, made before the fakes were in, is stale
     yield types.SimpleNamespace(flash_attn=flash_attn, xformers_ops=xformers.ops, apex_optimizers=apex.optimizers)
     deps._import.cache_clear()
+    forget_checks()
