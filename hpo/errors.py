@@ -34,7 +34,8 @@ EXIT_CODES: dict[ExitCode, str] = {
     ExitCode.OK: "success: `hpo run` trained at least one trial normally (others may have been rejected, pruned "
     "or have failed); `hpo probe` found at least one knob combination that runs",
     ExitCode.NO_TRIAL_TRAINED: "no trial trained normally: every trial of `hpo run` was rejected, pruned, "
-    "diverged or failed, or the config of `hpo train` did not train normally",
+    "diverged or failed, or produced the worst value (a target never reached), or the config of `hpo train` "
+    "did not train normally",
     ExitCode.BAD_INPUT: "bad input (a file, a key, a flag, a study name): one line on stderr, nothing written",
     ExitCode.STORAGE_UNREACHABLE: "the storage is unreachable or failed: its server refused, could not be "
     "resolved or timed out, at start or during the run (retry later)",

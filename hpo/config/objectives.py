@@ -10,9 +10,10 @@ tell whether reaching 0.9 means going up or down.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["SYSTEM_METRICS", "metric_direction", "study_directions"]
+__all__ = ["SYSTEM_METRICS", "metric_direction", "study_directions", "worst_value"]
 
 SYSTEM_METRICS: dict[str, str] = {
     "train_samples_per_s": "maximize",  # steady-state training throughput
@@ -23,9 +24,13 @@ SYSTEM_METRICS: dict[str, str] = {
 }
 
 
-def metric_direction(
-    metric: str, declared: Mapping[str, str | None], study: Mapping[str, str] | None = None
-) -> str | None:
+def worst_value(direction: str) -> float:
+    """The value no trial that produced a result can be worse than: a rejected trial's, and an
+    objective's that a trial could not produce (docs/failures.md)."""
+    return math.inf if direction == "minimize" else -math.inf
+
+
+def metric_direction(metric: str, declared: Mapping[str, str | None], study: Mapping[str, str] | None = None) -> str | None:
     """The direction of a systems metric or a declared workload metric, else the one the study
     gives it as an objective (`study`: objective -> direction); None when nobody says."""
     return SYSTEM_METRICS.get(metric) or declared.get(metric) or (study or {}).get(metric)

@@ -115,6 +115,25 @@ def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec], where: Callab
         raise UserInputError(
             f"{where('study.objectives')}: time_to_target_s needs workload.target, e.g. target: {{val_loss: 2.0}}"
         )
+    _check_steady_steps(spec, where)
+
+
+# Objectives read from the steady training steps: those after the first (profiled) step, and after
+# the second when compiling (the first compiles): `hpo.trial.trainer.evidence_step_index`.
+STEADY_STEP_OBJECTIVES = ("train_samples_per_s", "step_time_ms", "mfu")
+
+
+def _check_steady_steps(spec: SpaceFile, where: Callable[[str], str]) -> None:
+    """A speed objective needs at least one steady step: without one every trial's value would be the worst."""
+    timed = [m for m in spec.study.objectives if m in STEADY_STEP_OBJECTIVES]
+    compiles = any(spec.systems.choices()["compile"])
+    needed = 3 if compiles else 2
+    if timed and spec.workload.max_steps < needed:
+        raise UserInputError(
+            f"{where('workload.max_steps')}: objective {timed[0]} is timed on steady steps, which start at step "
+            f"{needed} ({'after the compiling and the profiled step' if compiles else 'after the profiled step'}), "
+            f"got max_steps {spec.workload.max_steps}; set max_steps >= {needed}"
+        )
 
 
 def _check_directions(spec: SpaceFile, known: dict[str, str | None], where: Callable[[str], str]) -> None:
