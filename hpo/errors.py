@@ -7,6 +7,7 @@ are verdicts about a trial: they are recorded on the trial, never printed as war
 
 from __future__ import annotations
 
+import sysconfig
 import traceback
 from collections.abc import Iterable
 from enum import IntEnum
@@ -118,6 +119,27 @@ TRACEBACK_CHARS = 4000
 def error_verdict(exc: BaseException) -> Verdict:
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
+
+
+# Where an installed library's code lives (the standard library's, site-packages'): an error's place
+# is the innermost frame outside them, in hpo or the user's workload.
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def error_signature(exc: BaseException) -> str:
+    """What makes two errors the same error: type, message (its first line) and place, the
+    innermost frame in hpo or the workload as `module:function`. No line number: a retry in an
+    upgraded or edited checkout must still read as the same error (and a library's innermost frame
+    would name torch's dispatcher, not what called it)."""
+    place, tb = "?", exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        module = str(frame.f_globals.get("__name__", "?"))
+        filename = frame.f_code.co_filename
+        if module.split(".")[0] == "hpo" or not (filename.startswith("<") or filename.startswith(_LIBRARY_DIRS)):
+            place = f"{module}:{frame.f_code.co_qualname}"
+        tb = tb.tb_next
+    return f"{error_verdict(exc).detail} @ {place}"
 
 
 def short_traceback(exc: BaseException) -> str:
