@@ -45,9 +45,10 @@ EXIT_CODES: dict[ExitCode, str] = {
     ExitCode.WORKER_FAILED: "a worker failed: `hpo worker`'s trial processes kept dying before their trial "
     "started, or a local worker process of `hpo run` exited non-zero",
     ExitCode.INTERNAL_ERROR: "an error in hpo itself (a bug): the traceback is on stderr; please report it",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); `hpo worker` or `hpo run` as for SIGTERM: its trial process is "
+    "killed, the trial failed (`interrupted`) and queued for a retry, its reference folder removed",
     ExitCode.TERMINATED: "`hpo worker` or `hpo run` stopped by SIGTERM: its trial process is killed, the trial "
-    "failed and queued for a retry, its reference folder removed",
+    "failed (`terminated`) and queued for a retry, its reference folder removed",
 }
 
 

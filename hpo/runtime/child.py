@@ -134,6 +134,9 @@ def run_one_trial(
     # gc.collect() then walks only the trial's own objects (250 ms less here) and leaves the pages
     # shared with the forkserver unwritten (docs.python.org/3/library/gc.html#gc.freeze).
     gc.freeze()
+    # Its worker owns a stop: on Ctrl-C (or SIGTERM) the worker kills this process and fails its
+    # trial for a retry. A KeyboardInterrupt here would race it and end the trial FAIL unretried.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.setpgrp()  # its own process group: its worker ends it with everything it starts (os.killpg)
     die_with_parent()
     die_with_worker(conn)
