@@ -69,3 +69,39 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_removes_its_files_and_exits_
     # The trial process is killed before hpo exits; the forkserver (and multiprocessing's resource
     # tracker) exit once their pipes to it close.
     wait_for(lambda: not alive(started), timeout=15, what=f"processes {alive(started)} of hpo run to exit")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_under_hpo_run_with_two_workers_fails_each_running_trial_for_a_retry(tmp_path):
+    """`hpo run --workers 2`: its worker processes are in the terminal's process group too; each
+    fails its own trial, and hpo run waits for them before it exits 130."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    log = tmp_path / "stderr.txt"
+    space = space_file(tmp_path, 2, max_steps=1_000_000, eval_every=2)
+    with log.open("w") as err:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "hpo.app.cli", "run", str(space), "--storage", url, "--workers", "2"],
+            env=hpo_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=ROOT,
+            start_new_session=True,
+            preexec_fn=_sigint_at_default,
+        )
+    try:
+        both = lambda: all(f"trial {n} step 4/" in log.read_text() for n in (0, 1)) or run.poll() is not None
+        wait_for(both, timeout=240, what="both trials to train")
+        assert run.poll() is None, log.read_text()[-3000:]
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(timeout=30)
+    assert run.returncode == ExitCode.INTERRUPTED, log.read_text()[-3000:]
+    found = trials(url)
+    assert sorted(t.state.name for t in found) == ["FAIL", "FAIL", "WAITING", "WAITING"], [t.state.name for t in found]
+    for failed in (t for t in found if t.state == TrialState.FAIL):
+        assert failed.user_attrs["verdict"].startswith("interrupted: ")
+    assert tickets(url) == ((0, 2), 0)
