@@ -7,6 +7,7 @@ are verdicts about a trial: they are recorded on the trial, never printed as war
 
 from __future__ import annotations
 
+import sysconfig
 import traceback
 from collections.abc import Iterable, Iterator
 from enum import IntEnum
@@ -34,7 +35,8 @@ EXIT_CODES: dict[ExitCode, str] = {
     ExitCode.OK: "success: `hpo run` trained at least one trial normally (others may have been rejected, pruned "
     "or have failed); `hpo probe` found at least one knob combination that runs",
     ExitCode.NO_TRIAL_TRAINED: "no trial trained normally: every trial of `hpo run` was rejected, pruned, "
-    "diverged or failed, or the config of `hpo train` did not train normally",
+    "diverged or failed, or produced the worst value (a target never reached), or the config of `hpo train` "
+    "did not train normally",
     ExitCode.BAD_INPUT: "bad input (a file, a key, a flag, a study name): one line on stderr, nothing written",
     ExitCode.STORAGE_UNREACHABLE: "the storage is unreachable or failed: its server refused, could not be "
     "resolved or timed out, at start or during the run (retry later)",
@@ -44,9 +46,10 @@ EXIT_CODES: dict[ExitCode, str] = {
     ExitCode.WORKER_FAILED: "a worker failed: `hpo worker`'s trial processes kept dying before their trial "
     "started, or a local worker process of `hpo run` exited non-zero",
     ExitCode.INTERNAL_ERROR: "an error in hpo itself (a bug): the traceback is on stderr; please report it",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); `hpo worker` or `hpo run` as for SIGTERM: its trial process is "
+    "killed, the trial failed (`interrupted`) and queued for a retry, its reference folder removed",
     ExitCode.TERMINATED: "`hpo worker` or `hpo run` stopped by SIGTERM: its trial process is killed, the trial "
-    "failed and queued for a retry, its reference folder removed",
+    "failed (`terminated`) and queued for a retry, its reference folder removed",
 }
 
 
@@ -119,6 +122,27 @@ def error_verdict(exc: BaseException) -> Verdict:
     exc = real_cause(exc)  # an op's error, not the first line of torch.compile's wrapper around it
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
+
+
+# Where an installed library's code lives (the standard library's, site-packages'): an error's place
+# is the innermost frame outside them, in hpo or the user's workload.
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def error_signature(exc: BaseException) -> str:
+    """What makes two errors the same error: type, message (its first line) and place, the
+    innermost frame in hpo or the workload as `module:function`. No line number: a retry in an
+    upgraded or edited checkout must still read as the same error (and a library's innermost frame
+    would name torch's dispatcher, not what called it)."""
+    place, tb = "?", exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        module = str(frame.f_globals.get("__name__", "?"))
+        filename = frame.f_code.co_filename
+        if module.split(".")[0] == "hpo" or not (filename.startswith("<") or filename.startswith(_LIBRARY_DIRS)):
+            place = f"{module}:{frame.f_code.co_qualname}"
+        tb = tb.tb_next
+    return f"{error_verdict(exc).detail} @ {place}"
 
 
 def short_traceback(exc: BaseException) -> str:

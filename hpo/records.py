@@ -163,6 +163,15 @@ class TrialRecord(_Record):
     warm_start_from: str | None = Field(None, description="on a warm-started trial: `study#trial` whose configuration it repeats")
     retry_of: int | None = Field(None, description="on a retry: the number of the crashed trial it repeats")
     previous_verdict: str | None = Field(None, description="on a retry: the verdict of the trial it repeats")
+    error_signature: str | None = Field(
+        None,
+        description="on an error: `<type>: <message> @ <module>:<function>`, the innermost frame in hpo or the workload; "
+        "a retry that fails with the signature of the attempt before it is not retried again",
+    )
+    previous_error_signature: str | None = Field(None, description="on a retry: the error signature of the attempt it repeats")
+    not_retried: str | None = Field(
+        None, description="on an error that is not retried: why (`same error as trial N`, or the retries spent)"
+    )
 
 
 class RecordKey:
@@ -212,6 +221,9 @@ class RecordKey:
     WARM_START_FROM = "warm_start_from"
     RETRY_OF = "retry_of"
     PREVIOUS_VERDICT = "previous_verdict"
+    ERROR_SIGNATURE = "error_signature"
+    PREVIOUS_ERROR_SIGNATURE = "previous_error_signature"
+    NOT_RETRIED = "not_retried"
 
 
 def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:

@@ -31,6 +31,8 @@ class Kind(str, Enum):
     PRUNED = "pruned"  # the study's pruner stopped it
     CRASHED = "crashed"  # its process died
     TIMEOUT = "timeout"  # it ran longer than study.trial_timeout_s and was ended
+    INTERRUPTED = "interrupted"  # its worker was interrupted (Ctrl-C) while it ran
+    TERMINATED = "terminated"  # its worker was stopped by SIGTERM while it ran
     ERROR = "error"  # the trial raised something else
 
 

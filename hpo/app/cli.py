@@ -15,6 +15,7 @@ from hpo.app.result_commands import cmd_best, cmd_dashboard, cmd_export, cmd_rep
 from hpo.app.study_commands import cmd_enqueue, cmd_probe, cmd_run, cmd_validate, cmd_worker
 from hpo.errors import ExitCode, UserInputError
 from hpo.logging import set_verbosity
+from hpo.runtime.interrupts import Stopped
 from hpo.storage.urls import mask_password
 
 COMMANDS = {
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hpo: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except Stopped as stop:  # a worker stopped by Ctrl-C or SIGTERM: its trial is failed and queued for a retry
+        print(f"hpo: {stop.verdict.kind.value}", file=sys.stderr)
+        return int(stop.code)
     except Exception as exc:  # noqa: BLE001 - one code per meaning: not Python's 1, which means "no trial trained"
         return _unexpected(args.command, exc)
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hpo.config.objectives import metric_direction
+from hpo.config.objectives import metric_direction, study_directions
 from hpo.config.params import Choices, Fixed, IntRange, ParamSpec, describe
 from hpo.config.space import SearchSpace, load_space
 from hpo.config.trial import TRAINING_KEYS, Knobs, Target, TrainingConfig, TrialConfig
@@ -48,7 +48,8 @@ def _target(spec) -> Target | None:
     if spec.workload.target is None:
         return None
     metric, value = next(iter(spec.workload.target.items()))
-    direction = metric_direction(metric, metrics_of(spec.workload.name))
+    given = study_directions(spec.study.objectives, spec.study.directions)
+    direction = metric_direction(metric, metrics_of(spec.workload.name), given)
     if direction is None:  # parse_space refuses this; a config built by hand must not guess either
         raise UserInputError(f"workload.target: workload {spec.workload.name!r} declares no direction for {metric!r}")
     return Target(metric, float(value), direction)

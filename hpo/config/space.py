@@ -13,7 +13,7 @@ import pydantic
 
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config import legacy
-from hpo.config.objectives import SYSTEM_METRICS, metric_direction
+from hpo.config.objectives import SYSTEM_METRICS, metric_direction, study_directions
 from hpo.config.params import ParamSpec, check_training_param, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
@@ -115,29 +115,48 @@ def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec], where: Callab
         raise UserInputError(
             f"{where('study.objectives')}: time_to_target_s needs workload.target, e.g. target: {{val_loss: 2.0}}"
         )
+    _check_steady_steps(spec, where)
+
+
+# Objectives read from the steady training steps: those after the first (profiled) step, and after
+# the second when compiling (the first compiles): `hpo.trial.trainer.evidence_step_index`.
+STEADY_STEP_OBJECTIVES = ("train_samples_per_s", "step_time_ms", "mfu")
+
+
+def _check_steady_steps(spec: SpaceFile, where: Callable[[str], str]) -> None:
+    """A speed objective needs at least one steady step: without one every trial's value would be the worst."""
+    timed = [m for m in spec.study.objectives if m in STEADY_STEP_OBJECTIVES]
+    compiles = any(spec.systems.choices()["compile"])
+    needed = 3 if compiles else 2
+    if timed and spec.workload.max_steps < needed:
+        raise UserInputError(
+            f"{where('workload.max_steps')}: objective {timed[0]} is timed on steady steps, which start at step "
+            f"{needed} ({'after the compiling and the profiled step' if compiles else 'after the profiled step'}), "
+            f"got max_steps {spec.workload.max_steps}; set max_steps >= {needed}"
+        )
 
 
 def _check_directions(spec: SpaceFile, known: dict[str, str | None], where: Callable[[str], str]) -> None:
-    """Every objective and target has a declared direction, and an objective's agrees with it."""
+    """An objective's study direction agrees with the metric's declared one (an undeclared metric
+    takes the study's), and a target's metric has a direction: declared, or given by the study."""
     study, name = spec.study, spec.workload.name
-    pairs = [(f"study.objectives.{i}", m) for i, m in enumerate(study.objectives)]
-    pairs += [("workload.target", m) for m in spec.workload.target or {}]
-    for path, metric in pairs:
-        if metric_direction(metric, known) is None:
-            raise UserInputError(
-                f"{where(path)}: an objective or target needs the metric's direction, and workload {name!r} "
-                f"does not declare one for {metric!r}; declare it on the workload: "
-                f"metrics = {{{metric!r}: 'minimize'}} (or 'maximize')"
-            )
     for i, (metric, given) in enumerate(zip(study.objectives, study.directions, strict=True)):
         declared = metric_direction(metric, known)
-        if given != declared:
+        if declared is not None and given != declared:
             # Refused, not warned: the target, the progress line's "best" and the pruner would
             # read one way as better while the study optimized the other.
             raise UserInputError(
                 f"{where(f'study.directions.{i}')}: {metric!r} is declared {declared} "
                 f"({'a systems metric' if metric in SYSTEM_METRICS else f'by workload {name!r}'}), got {given}; "
                 f"write {declared}"
+            )
+    given = study_directions(study.objectives, study.directions)
+    for metric in spec.workload.target or {}:
+        if metric_direction(metric, known, given) is None:
+            raise UserInputError(
+                f"{where('workload.target')}: a target needs the metric's direction, and workload {name!r} "
+                f"does not declare one for {metric!r}, nor is it one of study.objectives {study.objectives}; "
+                f"declare it on the workload: metrics = {{{metric!r}: 'minimize'}} (or 'maximize')"
             )
 
 

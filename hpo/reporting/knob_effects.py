@@ -14,6 +14,7 @@ mixes the knob's effect with theirs; the count says how much evidence stands beh
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ def _trained(trial: FrozenTrial) -> bool:
         trial.state == TrialState.COMPLETE
         and Verdict.parse(attrs.get(RecordKey.VERDICT)).ok
         and bool(trial.values)
+        and all(math.isfinite(v) for v in trial.values)  # a missed target's worst value compares with nothing
         and "train_samples_per_s" in attrs
     )
 

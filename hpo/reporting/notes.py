@@ -58,6 +58,8 @@ ADVICE = {
     "crashed": "the trial's process died; it is retried with the same parameters up to `study.max_retries`.",
     "timeout": "the trial ran longer than `study.trial_timeout_s` and was ended; it is retried with the same "
     "parameters up to `study.max_retries`. Raise the limit if the trial was merely slow.",
+    "interrupted": "its worker was interrupted (Ctrl-C); it is retried with the same parameters.",
+    "terminated": "its worker was stopped by SIGTERM; it is retried with the same parameters.",
     "error": "the trial raised an error; see the verdict for where it points.",
 }
 

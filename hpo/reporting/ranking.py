@@ -31,7 +31,7 @@ def best_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     of hpo 0.1 rejected with a placeholder value (0.0) beat every trial that trained."""
     trained = trained_trials(study)
     if not trained:
-        raise UserInputError(f"study {study.study_name!r} has no completed trial with verdict ok yet")
+        raise UserInputError(_none_trained(study))
     signed = {t.number: _signed(study, t) for t in trained}
     if len(study.directions) == 1:
         return [min(trained, key=lambda t: (signed[t.number], t.number))]
@@ -41,6 +41,20 @@ def best_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
         if not any(_dominates(signed[f.number], signed[trial.number]) for f in front):
             front.append(trial)
     return sorted(front, key=lambda t: t.number)
+
+
+def _none_trained(study: optuna.Study) -> str:
+    """Why no trial counts: none trained normally, or those that did could not produce an objective."""
+    ok = [
+        t
+        for t in study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
+        if Verdict.parse(t.user_attrs.get(RecordKey.VERDICT)).ok
+    ]
+    if not ok:
+        return f"study {study.study_name!r} has no completed trial with verdict ok yet"
+    missed = sum(t.user_attrs.get(RecordKey.TARGET_REACHED) is False for t in ok)
+    why = f"{missed} never reached workload.target (target_reached: false)" if missed else "none produced every objective"
+    return f"study {study.study_name!r}: {len(ok)} trials trained, but {why}, so each has the worst value"
 
 
 def _signed(study: optuna.Study, trial: FrozenTrial) -> tuple[float, ...]:

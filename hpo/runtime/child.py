@@ -21,7 +21,7 @@ import optuna
 import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
-from hpo.errors import TrialError, error_verdict, short_traceback
+from hpo.errors import TrialError, error_signature, error_verdict, short_traceback
 from hpo.logging import get_logger
 from hpo.records import RecordKey
 from hpo.reporting.progress import TrialPrinter, set_sink
@@ -95,6 +95,8 @@ class GuardedObjective:
                 self.sticky = exc
             trial.set_user_attr(RecordKey.VERDICT, mask_password(str(verdict)))
             trial.set_user_attr(RecordKey.ERROR_TRACEBACK, mask_password(short_traceback(exc)))
+            root = exc.__cause__ if isinstance(exc, TrialError) and exc.__cause__ is not None else exc
+            trial.set_user_attr(RecordKey.ERROR_SIGNATURE, mask_password(error_signature(root)))
             _log.warning(
                 f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_password(''.join(traceback.format_exception(exc)))}"
             )
@@ -109,7 +111,9 @@ def _queue_retry(trial: optuna.Trial) -> None:
     if not isinstance(rdb_backend(storage_of(study)), optuna.storages.RDBStorage):
         return
     try:
-        RetryWithRefund()(study, storage_of(study).get_trial(trial_id_of(trial)))
+        why_not = RetryWithRefund()(study, storage_of(study).get_trial(trial_id_of(trial)))
+        if why_not is not None:
+            trial.set_user_attr(RecordKey.NOT_RETRIED, why_not)
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
         _log.warning(f"trial {trial.number}: its retry could not be queued ({type(exc).__name__}: {exc})")
 
@@ -130,6 +134,9 @@ def run_one_trial(
     # gc.collect() then walks only the trial's own objects (250 ms less here) and leaves the pages
     # shared with the forkserver unwritten (docs.python.org/3/library/gc.html#gc.freeze).
     gc.freeze()
+    # Its worker owns a stop: on Ctrl-C (or SIGTERM) the worker kills this process and fails its
+    # trial for a retry. A KeyboardInterrupt here would race it and end the trial FAIL unretried.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.setpgrp()  # its own process group: its worker ends it with everything it starts (os.killpg)
     die_with_parent()
     die_with_worker(conn)

@@ -88,7 +88,7 @@ class ChildTrials:
 
         try:
             trial_id, sampled_s = ask_in_worker(self.study, space_of(self.study), serial, started, worker_name())
-            self._run(trial_id, sampled_s, keeper, heartbeat)
+            self._run(trial_id, sampled_s, heartbeat)
         except ClaimLost:
             return  # the trial is failed and its ticket pays for another one
         except SamplingFailed as failed:  # recorded on the trial, its retry queued, like an error in training
@@ -97,10 +97,16 @@ class ChildTrials:
             if keeper.trial_id is not None:
                 raise  # its heartbeats stop: the trial goes stale and is retried
             self._no_trial(serial, Verdict(Kind.CRASHED, f"the worker could not ask for a trial ({type(exc).__name__})"))
+        except SystemExit as stop:
+            # SIGTERM or Ctrl-C (`stop_on_signals`), while sampling or once its process (ended by
+            # `_run`) ran it: the trial fails now and its retry need not wait for it to go stale.
+            heartbeat.stop()
+            fail_stopped(self.study, keeper.trial_id, stop)
+            raise
         finally:
             heartbeat.stop()
 
-    def _run(self, trial_id: int, sampled_s: float, keeper: ClaimKeeper, heartbeat: StartHeartbeat) -> None:
+    def _run(self, trial_id: int, sampled_s: float, heartbeat: StartHeartbeat) -> None:
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
         worker, launched_at = worker_name(), time.time()
@@ -120,10 +126,6 @@ class ChildTrials:
         exited = False
         try:
             taken, verdict, exited = self._watch(child, here, trial_id, heartbeat)
-        except SystemExit:  # SIGTERM (`stop_on_sigterm`): the retry need not wait for the trial to go stale
-            _end(child, wait_s=0)
-            fail_stopped(self.study, keeper.trial_id)
-            raise
         finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
             _end(child, wait_s=self.grace_s if exited else 0)
             here.close()

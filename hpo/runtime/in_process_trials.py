@@ -63,8 +63,8 @@ class InProcessTrials:
             # The trial is still RUNNING (Optuna let the exception through): fail and retry it here.
             fail_crashed_trial(self.study, bound[0], str(deadline.verdict()))
             self.notes(self.study, storage_of(self.study).get_trial(bound[0]))
-        except SystemExit:  # SIGTERM (`stop_on_sigterm`), or the workload called sys.exit()
-            fail_stopped(self.study, bound[0] if bound else None)
+        except SystemExit as stop:  # SIGTERM or Ctrl-C (`stop_on_signals`), or the workload called sys.exit()
+            fail_stopped(self.study, bound[0] if bound else None, stop)
             raise
         finally:
             heartbeat.stop()

@@ -9,15 +9,28 @@ locked", and a worker stopped by SIGTERM exited 3 (storage failed) instead of 14
 So a handler that raises first asks `in_storage_code(frame)`; when it is, it has the signal
 delivered again after `RETRY_AFTER_S` (`send_again`, or an interval timer it can cancel) and
 returns, until the main thread is out of the storage call.
+
+A worker stops on SIGTERM (Slurm, Kubernetes) and on SIGINT (Ctrl-C, sent to the terminal's whole
+foreground process group) the same way (`stop_on_signals`): `Stopped` is raised, its runner kills
+its trial process, fails the trial (`terminated` / `interrupted`) and queues its retry, and every
+`finally` on the way out removes what the worker made (its reference folder).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["RETRY_AFTER_S", "in_storage_code", "send_again"]
+from hpo.logging import get_logger
+from hpo.verdicts import Kind, Verdict
+
+__all__ = ["RETRY_AFTER_S", "Stopped", "in_storage_code", "send_again", "stop_on_signals"]
+
+_log = get_logger(__name__)
 
 # Modules whose frames may hold a connection checked out or a transaction open.
 STORAGE_MODULES = ("sqlalchemy", "optuna.storages", "psycopg", "pymysql", "sqlite3", "hpo.storage")
@@ -39,3 +52,52 @@ def send_again(signum: int) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
+
+
+class Stopped(SystemExit):
+    """A stop signal reached the worker: exits 128 + the signal, what a shell reports for it (130
+    for Ctrl-C, 143 for SIGTERM). `verdict` is what its running trial records."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.signum == signal.SIGINT:
+            return Verdict(Kind.INTERRUPTED, "its worker was interrupted (SIGINT, Ctrl-C)")
+        return Verdict(Kind.TERMINATED, f"its worker was stopped by {signal.Signals(self.signum).name}")
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT raise `Stopped` in the main thread once it is out of storage
+    code, so every `finally` on the way out runs; another stop signal during that clean-up is
+    ignored. A SIGINT this process inherited ignored (a background job of a shell without job
+    control, `nohup`) stays ignored, as Python leaves it. Outside the main thread (a library
+    caller's thread) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
+    resends: list[threading.Timer] = []
+
+    def stop(signum, frame) -> None:
+        if not resends:
+            name = signal.Signals(signum).name
+            _log.warning(f"hpo worker: {name}: stopping; its running trial is failed and queued for a retry")
+        if in_storage_code(frame):  # raising here could leave a transaction open: again once out of it
+            resends.append(send_again(signum))
+            return
+        for each in signals:
+            signal.signal(each, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {each: signal.signal(each, stop) for each in signals}
+    try:
+        yield
+    finally:
+        for timer in resends:
+            timer.cancel()
+        for each, handler in previous.items():
+            signal.signal(each, handler)

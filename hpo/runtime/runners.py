@@ -11,6 +11,7 @@ import socket
 
 import optuna
 
+from hpo.runtime.interrupts import Stopped
 from hpo.storage.retry import fail_crashed_trial
 from hpo.verdicts import Kind, Verdict
 
@@ -25,7 +26,10 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def fail_stopped(study: optuna.Study, trial_id: int | None) -> None:
-    """The worker is stopping under its running trial: fail it and queue its retry now."""
-    if trial_id is not None:
-        fail_crashed_trial(study, trial_id, str(Verdict(Kind.CRASHED, "its worker was stopped (SIGTERM or exit)")))
+def fail_stopped(study: optuna.Study, trial_id: int | None, stop: SystemExit) -> None:
+    """The worker is stopping under its running trial (a stop signal, or the workload called
+    sys.exit()): fail it and queue its retry now, rather than when it goes stale."""
+    if trial_id is None:
+        return
+    verdict = stop.verdict if isinstance(stop, Stopped) else Verdict(Kind.CRASHED, f"its worker exited (SystemExit {stop.code})")
+    fail_crashed_trial(study, trial_id, str(verdict))

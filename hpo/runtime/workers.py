@@ -4,13 +4,11 @@ CUDA context cannot touch later trials."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import optuna
@@ -21,7 +19,7 @@ from hpo.runtime.budget import ClaimKeeper, has_running, recover, require_budget
 from hpo.runtime.child import die_with_parent
 from hpo.runtime.child_trials import ChildTrials
 from hpo.runtime.in_process_trials import InProcessTrials
-from hpo.runtime.interrupts import in_storage_code, send_again
+from hpo.runtime.interrupts import stop_on_signals
 from hpo.runtime.machine_check import machine_checked
 from hpo.runtime.placement import default_workers, visible_gpus
 from hpo.runtime.quiet import quiet_optuna
@@ -53,8 +51,11 @@ def run_workers(study: optuna.Study, storage_url: str, workers: int | None, time
     try:
         codes = [proc.wait() for proc in procs]
     except KeyboardInterrupt:
+        # Ctrl-C reached the whole process group (and `kill -INT` only this process): each worker
+        # fails its running trial and queues its retry; wait for that, so nothing is left RUNNING.
         for proc in procs:
             proc.send_signal(signal.SIGINT)
+        _wait_for(procs, WORKER_STOP_S)
         raise
     failed = [(index, code) for index, code in enumerate(codes) if code != 0]
     for index, code in failed:
@@ -63,6 +64,17 @@ def run_workers(study: optuna.Study, storage_url: str, workers: int | None, time
 
 
 _die_with_parent = functools.partial(die_with_parent, signal.SIGTERM)
+# How long `hpo run` waits for its interrupted worker processes to fail their trials and exit.
+WORKER_STOP_S = 60
+
+
+def _wait_for(procs: list[subprocess.Popen], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _log.warning(f"worker process {proc.pid} had not stopped {seconds:g} s after Ctrl-C; its trial is retried once stale")
 
 
 def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
@@ -80,8 +92,9 @@ def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
 def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = None, isolate: bool = True) -> int:
     """Claim tickets and run trials until the budget is spent and no trial is left running or
     starting anywhere (any of them may still die and need a retry). Returns trials run here.
-    SIGTERM (how Slurm and Kubernetes stop a job) ends it cleanly: `SystemExit(143)` is raised, its
-    trial process is killed, its trial failed and queued for a retry, and its reference folder removed.
+    SIGTERM (how Slurm and Kubernetes stop a job) and Ctrl-C end it cleanly (`stop_on_signals`):
+    `Stopped` (SystemExit 143 or 130) is raised, its trial process is killed, its trial failed
+    (`terminated` / `interrupted`) and queued for a retry, and its reference folder removed.
     Knob values this machine cannot run are never proposed here (`machine_checked`); if nothing is
     left, `NothingRunsHere` is raised before any trial."""
     quiet_optuna()
@@ -91,7 +104,7 @@ def run_worker(study: optuna.Study, storage_url: str, timeout: float | None = No
     claimed, budget = tickets.state()
     set_sink(make_display(budget, claimed, study.directions[0] == optuna.study.StudyDirection.MINIMIZE))
     timeout = timeout if timeout is not None else space.study.timeout
-    with machine_checked(study, space, storage_url, isolate), stop_on_sigterm():
+    with machine_checked(study, space, storage_url, isolate), stop_on_signals():
         run_one = ChildTrials(study, storage_url, space, tickets) if isolate else InProcessTrials(study, space, tickets)
         try:
             return _claim_and_run(study, tickets, run_one, timeout)
@@ -117,32 +130,3 @@ def _claim_and_run(study: optuna.Study, tickets, run_one, timeout: float | None)
     if ran:
         run_one.update_study_note()  # the final knob-effect table, whatever N divides
     return ran
-
-
-@contextlib.contextmanager
-def stop_on_sigterm():
-    """While inside, SIGTERM raises SystemExit(143) in the main thread (128 + 15, what a shell
-    reports for it), so every `finally` on the way out runs; a second SIGTERM during that clean-up
-    is ignored. Outside the main thread (a library caller's thread) nothing is installed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    resends: list[threading.Timer] = []
-
-    def stop(signum, frame) -> None:
-        if not resends:
-            _log.warning("hpo worker: SIGTERM: stopping; a trial it was running is retried by another worker")
-        if in_storage_code(frame):  # raising here could leave a transaction open: again once out of it
-            resends.append(send_again(signum))
-            return
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise SystemExit(128 + signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        for timer in resends:
-            timer.cancel()
-        signal.signal(signal.SIGTERM, previous)

@@ -37,18 +37,22 @@ UNFINISHED = str(
 
 class RetryWithRefund:
     """Optuna's heartbeat-stale callback: queue a retry and refund its ticket, at most
-    `max_retries` times per original trial (None: the study's own `hpo:max_retries`)."""
+    `max_retries` times per original trial (None: the study's own `hpo:max_retries`), and not
+    after an error that repeats the attempt before it (`not_retried`). Returns why it queued no
+    retry, or None when it queued one."""
 
     def __init__(self, max_retries: int | None = None):
         self.max_retries = max_retries
 
-    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> str | None:
         history = [*trial.system_attrs.get("retry_history", []), trial.number]
         limit = self.max_retries if self.max_retries is not None else max_retries_of(study)
         cause = trial.user_attrs.get(RecordKey.VERDICT, UNFINISHED)
-        if len(history) > limit:
-            _log.warning(f"trial {trial.number} {cause}; not retried: it ran {len(history)} times (study.max_retries {limit})")
-            return
+        why_not = not_retried(trial, history, limit)
+        if why_not is not None:
+            _log.warning(f"trial {trial.number} {cause}; not retried: {why_not}")
+            return why_not
+        signature = trial.user_attrs.get(RecordKey.ERROR_SIGNATURE)
         # Queue the retry before the refund: a ticket must never be claimable while its retry is
         # missing, or the ticket's trial samples fresh parameters and the retry is left stranded.
         study.add_trial(
@@ -56,12 +60,26 @@ class RetryWithRefund:
                 state=TrialState.WAITING,
                 params=trial.params,
                 distributions=trial.distributions,
-                user_attrs={RecordKey.RETRY_OF: history[0], RecordKey.PREVIOUS_VERDICT: cause},
+                user_attrs={RecordKey.RETRY_OF: history[0], RecordKey.PREVIOUS_VERDICT: cause}
+                | ({} if signature is None else {RecordKey.PREVIOUS_ERROR_SIGNATURE: signature}),
                 system_attrs={"failed_trial": history[0], "retry_history": history},
             )
         )
         TicketBudget(engine_of(storage_of(study)), study.study_name).refund()
         _log.warning(f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})")
+        return None
+
+
+def not_retried(trial: FrozenTrial, history: list[int], limit: int) -> str | None:
+    """Why the failed `trial` (attempt `history[-1]` of `history`) gets no retry: its retries are
+    spent, or it failed with the same error as the attempt before it, which a deterministic bug
+    would repeat on every retry (a transient error does not: its first retry is always queued)."""
+    if len(history) > limit:
+        return f"it ran {len(history)} times (study.max_retries {limit})"
+    signature = trial.user_attrs.get(RecordKey.ERROR_SIGNATURE)
+    if signature is not None and signature == trial.user_attrs.get(RecordKey.PREVIOUS_ERROR_SIGNATURE):
+        return f"same error as trial {history[-2]}"
+    return None
 
 
 def max_retries_of(study: optuna.Study) -> int:

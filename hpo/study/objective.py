@@ -19,11 +19,11 @@ optuna-dashboard 0.21 read it (see `record_feasibility`), so the dashboard shows
 
 from __future__ import annotations
 
-import math
 import time
 
 import optuna
 
+from hpo.config.objectives import SYSTEM_METRICS, worst_value
 from hpo.config.space import SearchSpace
 from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner, TrialError
@@ -33,6 +33,7 @@ from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
 from hpo.study.suggest import suggest_config
 from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
+from hpo.trial.speed import workload_metric
 from hpo.verdicts import Kind
 from hpo.verify.cache import StudyVerdicts
 from hpo.verify.compared import ReferenceFiles
@@ -76,7 +77,7 @@ class Objective:
         record_feasibility(trial, 0.0 if feasible else 1.0)
         if outcome.verdict.kind in (Kind.PRUNED, Kind.DIVERGED):
             raise optuna.TrialPruned(str(outcome.verdict))
-        values = outcome.values if outcome.ok else _rejected_values(trial.study)
+        values = outcome.values if outcome.ok else [worst_value(d) for d in config.directions]
         return values[0] if len(values) == 1 else values
 
 
@@ -86,16 +87,12 @@ def _reporter(trial: optuna.Trial, objectives: tuple[str, ...], training: Traini
         budget = training.budget_s
         where = f"step {step}/{training.max_steps}" if budget is None else f"{step / 1000:g}/{budget:g} s of training"
         eval_line(trial.number, where, metrics)
-        if len(objectives) != 1:
-            return  # Optuna prunes single-objective studies only
-        trial.report(metrics[objectives[0]], step)
+        if len(objectives) != 1 or objectives[0] in SYSTEM_METRICS:
+            # Optuna prunes single-objective studies only, and a systems metric (throughput, time
+            # to target) has its value only once training ends: nothing to report at an evaluation.
+            return
+        trial.report(workload_metric(objectives[0], metrics), step)
         if trial.should_prune():
             raise PrunedByPruner(step)
 
     return on_eval
-
-
-def _rejected_values(study: optuna.Study) -> list[float]:
-    """The worst value of each objective: never better than a trial that trained."""
-    minimize = optuna.study.StudyDirection.MINIMIZE
-    return [math.inf if d == minimize else -math.inf for d in study.directions]

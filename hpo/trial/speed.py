@@ -6,6 +6,11 @@ are counted once per model shape (on a real eager-attention step, see `hpo.engin
 in the verdict store, so a study counts them once. The peak is the published one for a known GPU,
 or this CPU's measured one (`hpo.hardware.peaks`); its source is recorded. Without a peak (an
 unknown GPU) a trial records no MFU rather than a guess.
+
+An objective a trial trained normally but could not produce is a result with the worst value, never
+a success and never an error (docs/objectives.md): `time_to_target_s` of a target never reached
+(`target_reached: false`), `mfu` with no known peak, a speed metric with no steady step to time. A
+workload metric that `evaluate()` did not return is a bug in the workload: an error.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 
 import torch
 
+from hpo.config.objectives import SYSTEM_METRICS, worst_value
 from hpo.config.trial import TrialConfig
 from hpo.engine.flops import model_flops_per_sample
 from hpo.hardware.peaks import peak_for
@@ -23,7 +29,7 @@ from hpo.trial.trainer import TrainResult
 from hpo.verify.cache import VerdictStore, flops_key
 from hpo.workloads.base import Workload
 
-__all__ = ["objective_values", "speed_attrs"]
+__all__ = ["MetricNotReturned", "objective_values", "speed_attrs", "workload_metric"]
 
 # The count runs on this many samples: every sample of a batch has the same shape, so matmul FLOPs
 # per sample do not depend on how many there are, and a small batch counts them in a fraction of a step.
@@ -60,13 +66,26 @@ def speed_attrs(workload: Workload, config: TrialConfig, device: torch.device, r
     return attrs
 
 
+class MetricNotReturned(LookupError):
+    """The workload's `evaluate()` did not return a metric the study optimizes."""
+
+
+def workload_metric(name: str, metrics: dict[str, float]) -> float:
+    """The value of the objective `name` among an evaluation's `metrics`, which must hold it."""
+    if name not in metrics:
+        raise MetricNotReturned(
+            f"study.objectives names {name!r}, but the workload's evaluate() returned {sorted(metrics)}; "
+            f"return {name!r} from evaluate() or optimize one of those"
+        )
+    return metrics[name]
+
+
 def objective_values(config: TrialConfig, result: TrainResult, attrs: dict) -> list[float]:
-    """One value per study objective: a workload metric, or a systems metric from `attrs`. A target
-    never reached (or an MFU with no known peak) is the worst value, never a success."""
+    """One value per study objective: a workload metric, or a systems metric from `attrs`. A systems
+    metric the trial could not produce (a target never reached, an MFU with no known peak, a speed
+    with no steady step) is the worst value, never a success."""
     values = []
     for name, direction in zip(config.objectives, config.directions, strict=True):
-        value = result.metrics[name] if name in result.metrics else attrs.get(name)
-        if value is None or not math.isfinite(value):
-            value = math.inf if direction == "minimize" else -math.inf
-        values.append(float(value))
+        value = attrs.get(name) if name in SYSTEM_METRICS else workload_metric(name, result.metrics)
+        values.append(float(value) if value is not None and math.isfinite(value) else worst_value(direction))
     return values

@@ -191,7 +191,7 @@ def test_a_sigterm_that_arrives_inside_a_storage_commit_still_exits_143_and_queu
     space = _space(tmp_path, "fp32", max_steps=1_000_000)
     run = _with_fault(tmp_path, f"exec({SIGTERM_IN_A_COMMIT!r})", ["run", str(space), "--in-process"])
     assert run.returncode == ExitCode.TERMINATED, run.stderr[-2000:]
-    assert "trial 0 crashed: its worker was stopped (SIGTERM or exit); retrying" in run.stderr
+    assert "trial 0 terminated: its worker was stopped by SIGTERM; retrying" in run.stderr
     study = optuna.load_study(study_name="codes", storage=f"sqlite:///{tmp_path / 'studies' / 'codes.db'}")
     stopped, retry = study.trials
     assert stopped.state == optuna.trial.TrialState.FAIL and stopped.intermediate_values  # the interrupted commit landed

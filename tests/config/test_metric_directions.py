@@ -46,19 +46,36 @@ def test_the_target_direction_comes_from_the_declaration_not_the_name():
 
 
 @pytest.mark.parametrize(
-    "objectives,directions,target,path",
+    "objectives,directions,target",
     [
-        (["time_to_target_s"], ["minimize"], {"val_f1": 0.9}, "workload.target"),
-        (["val_f1"], ["maximize"], None, "study.objectives.0"),
-        (["train_samples_per_s", "val_loss"], ["maximize", "minimize"], None, "study.objectives.1"),
+        (["time_to_target_s"], ["minimize"], {"val_f1": 0.9}),
+        (["val_loss"], ["minimize"], {"val_f1": 0.9}),  # an objective's direction says nothing about val_f1
     ],
 )
-def test_an_objective_or_target_of_unknown_direction_is_refused(objectives, directions, target, path):
+def test_a_target_of_unknown_direction_is_refused(objectives, directions, target):
     raw = _space("metric_workloads:F1Named", objectives, directions, target)
     with pytest.raises(UserInputError) as info:
         parse_space(raw, "f1.yaml")
     message = str(info.value)
-    assert message.startswith(f"f1.yaml: {path}: ") and "declare it on the workload: metrics = {" in message
+    assert message.startswith("f1.yaml: workload.target: ") and "declare it on the workload: metrics = {" in message
+
+
+@pytest.mark.parametrize(
+    "objectives,directions",
+    [(["val_f1"], ["maximize"]), (["val_loss"], ["minimize"]), (["train_samples_per_s", "val_loss"], ["maximize", "minimize"])],
+)
+def test_an_undeclared_objective_takes_the_direction_the_study_gives_it(objectives, directions):
+    """A workload whose `metrics` is a plain tuple: the study file's directions are the declaration."""
+    config = representative_config(parse_space(_space("metric_workloads:F1Named", objectives, directions), "f1.yaml"))
+    assert (config.objectives, config.directions) == (tuple(objectives), tuple(directions))
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_target_on_an_undeclared_objective_takes_the_study_direction(direction):
+    raw = _space("metric_workloads:F1Named", ["val_f1"], [direction], target={"val_f1": 0.9})
+    target = representative_config(parse_space(raw, "f1.yaml")).training.target
+    assert target.direction == direction
+    assert target.reached({"val_f1": 0.95}) == (direction == "maximize")
 
 
 def test_systems_metrics_need_no_declaration():
@@ -100,3 +117,25 @@ def test_hpo_validate_refuses_a_target_of_unknown_direction_in_one_line(tmp_path
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"hpo validate: error: {path}: workload.target: ")
     assert "'val_f1'" in line and "metrics = {'val_f1': 'minimize'} (or 'maximize')" in line
+
+
+@pytest.mark.parametrize(
+    "workload,direction,code",
+    [("metric_workloads:F1Named", "minimize", 0), ("metric_workloads:F1Declared", "maximize", 2)],
+)
+def test_hpo_validate_takes_the_study_direction_of_an_undeclared_objective_and_refuses_a_contradiction(
+    tmp_path, workload, direction, code
+):
+    path = tmp_path / "f1.yaml"
+    path.write_text(yaml.safe_dump(_space(workload, ["val_loss"], [direction])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpo.app.cli", "validate", str(path)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == code, proc.stderr
+    if code:
+        (line,) = proc.stderr.strip().splitlines()
+        assert line == (
+            f"hpo validate: error: {path}: study.directions.0: 'val_loss' is declared minimize "
+            f"(by workload '{workload}'), got maximize; write minimize"
+        )

@@ -45,3 +45,26 @@ def test_no_trained_trial_is_an_error_that_says_so():
     study = _study(["minimize"], [_trial([0.0], "incompatible: x")])
     with pytest.raises(UserInputError, match="no completed trial with verdict ok"):
         best_trials(study)
+
+
+def test_a_missed_target_never_wins_and_is_compared_with_nothing():
+    """A trial that trained but never reached workload.target has the worst value (+inf for time to
+    target): never best, and left out of the knob-effect medians, where inf - inf would be NaN."""
+    from hpo.reporting.knob_effects import knob_effects
+
+    def timed(value, optimizer, reached):
+        attrs = {"verdict": "ok", "train_samples_per_s": 100.0, "target_reached": reached}
+        attrs["knobs_requested"] = {"precision": "fp32", "optimizer": optimizer}
+        return create_trial(state=TrialState.COMPLETE, values=[value], user_attrs=attrs)
+
+    missed = float("inf")
+    study = _study(
+        ["minimize"],
+        [timed(missed, "fused", False), timed(3.0, "fused", True), timed(missed, "forloop", False), timed(5.0, "forloop", True)],
+    )
+    assert [t.number for t in best_trials(study)] == [1]
+    (fused,) = [e for e in knob_effects(study.trials) if e.value == "fused"]
+    assert fused.compared == 1 and fused.metric_diff == -2.0  # 3.0 against the for-loop trial that reached it
+    only_missed = _study(["minimize"], [timed(missed, "fused", False)])
+    with pytest.raises(UserInputError, match=r"1 trials trained, but 1 never reached workload\.target"):
+        best_trials(only_missed)

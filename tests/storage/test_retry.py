@@ -12,9 +12,10 @@ from optuna.trial import TrialState
 
 from hpo.config.space import load_space
 from hpo.runtime.budget import recover, tickets_of
+from hpo.runtime.child import GuardedObjective
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of, trial_id_of
-from hpo.storage.retry import fail_crashed_trial
+from hpo.storage.retry import MAX_RETRIES_ATTR, fail_crashed_trial
 from hpo.study.create import create_or_resume
 
 SPACE = {
@@ -83,3 +84,34 @@ def test_max_retries_follows_the_space_file_when_resumed(storage_url, tmp_path):
     path.write_text(yaml.safe_dump({**SPACE, "study": {**SPACE["study"], "max_retries": 4}}))
     study = create_or_resume(load_space(path), storage_url)
     assert study.user_attrs["hpo:max_retries"] == 4
+
+
+@pytest.mark.parametrize(
+    ("second_message", "retried_again"),
+    [("the user's loss divides by an empty mask", False), ("connection to the feature store reset by peer", True)],
+)
+def test_a_retry_that_fails_with_the_same_error_as_the_attempt_before_is_not_retried_again(
+    study, capsys, second_message, retried_again
+):
+    study.set_user_attr(MAX_RETRIES_ATTR, 5)  # retries to spare: only the repeated error stops them
+    for message in ("the user's loss divides by an empty mask", second_message):
+        trial = _start_trial(study)
+
+        def objective(_trial, message=message):
+            raise ValueError(message)
+
+        with pytest.raises(ValueError):
+            GuardedObjective(objective, worker="w")(trial)
+        study.tell(trial, state=TrialState.FAIL)
+    first, second, *rest = study.get_trials()
+    assert (
+        second.user_attrs["retry_of"] == 0
+        and second.user_attrs["previous_error_signature"] == first.user_attrs["error_signature"]
+    )
+    assert first.user_attrs["error_signature"].endswith(f"@ {__name__}:{objective.__qualname__}")
+    if retried_again:
+        assert [t.state for t in rest] == [TrialState.WAITING] and "not_retried" not in second.user_attrs
+    else:
+        assert rest == [] and second.user_attrs["not_retried"] == "same error as trial 0"
+        assert "not retried: same error as trial 0" in capsys.readouterr().err
+        assert tickets_of(study).state() == (1, 3)  # the first retry's ticket was refunded, not this one's

@@ -75,3 +75,23 @@ def test_an_in_process_worker_stops_after_a_sticky_device_error(tmp_path):
     assert [t.state for t in found] == [TrialState.FAIL, TrialState.WAITING]
     assert found[0].user_attrs["verdict"] == "error: RuntimeError: CUDA error: an illegal memory access was encountered"
     assert known_bad_parts(_study(url)) == set()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["in-process", "trial-process"])
+def test_a_workload_bug_that_repeats_on_its_retry_is_not_retried_again(mode, tmp_path):
+    """A deterministic bug fails its retry with the same type, message and place: that retry is
+    the last, whatever study.max_retries still allows (a transient error, above, passes on retry)."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    space = space_file(tmp_path, n_trials=1, max_retries=2, workload=FAULTY, fault="loss_in_training")
+    run = hpo("run", space, "--storage", url, *(["--in-process"] if mode == "in-process" else []))
+    assert run.returncode == ExitCode.NO_TRIAL_TRAINED, run.stderr[-3000:]
+    first, retry = trials(url)  # two attempts, not max_retries + 1 = 3
+    assert (first.state, retry.state) == (TrialState.FAIL, TrialState.FAIL) and retry.user_attrs["retry_of"] == first.number
+    signature = "ValueError: the user's loss divides by an empty mask @ fault_workloads:Faulty.training_loss"
+    assert first.user_attrs["error_signature"] == retry.user_attrs["error_signature"] == signature
+    assert retry.user_attrs["not_retried"] == f"same error as trial {first.number}" and "not_retried" not in first.user_attrs
+    assert f"not retried: same error as trial {first.number}" in run.stderr
+    for t in (first, retry):
+        check_trial_attrs(t.user_attrs)
+    assert tickets(url) == ((1, 1), 0)  # the retry ran on the refunded ticket: the budget is spent exactly

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from hpo.runtime.deadline import InProcessDeadline, TrialTimeout
-from hpo.runtime.workers import stop_on_sigterm
+from hpo.runtime.interrupts import Stopped, stop_on_signals
 
 
 @pytest.fixture
@@ -58,15 +58,27 @@ def test_the_in_process_deadline_rings_after_the_commit_it_fell_into(slow_commit
     assert engine.pool.checkedout() == 0
 
 
-def test_a_sigterm_inside_a_commit_stops_the_worker_once_the_commit_is_done(slow_commits):
+@pytest.mark.parametrize(("signum", "code", "kind"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_a_stop_signal_inside_a_commit_stops_the_worker_once_the_commit_is_done(slow_commits, signum, code, kind):
     engine, rows, send = slow_commits
-    send["signal"], before = signal.SIGTERM, signal.getsignal(signal.SIGTERM)
-    with stop_on_sigterm(), pytest.raises(SystemExit) as stopped:
+    send["signal"], before = signum, signal.getsignal(signum)
+    with stop_on_signals(), pytest.raises(Stopped) as stopped:
         _insert(engine, rows)
         send["signal"] = None
         _wait_for_the_raise(5)
-    assert stopped.value.code == 143
+    assert stopped.value.code == code and stopped.value.verdict.kind.value == kind
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(rows)).scalar() == 1
     assert engine.pool.checkedout() == 0
-    assert signal.getsignal(signal.SIGTERM) == before
+    assert signal.getsignal(signum) == before
+
+
+def test_a_sigint_inherited_ignored_stays_ignored():
+    """`nohup`, or a background job of a shell without job control: Python itself leaves SIGINT ignored."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stop_on_signals():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -29,7 +29,10 @@ def test_an_escaping_exception_is_recorded_as_an_error_verdict_without_the_passw
     trial = _run(objective)
     assert trial.state == TrialState.FAIL
     traceback = trial.user_attrs.pop("error_traceback")
+    signature = trial.user_attrs.pop("error_signature")
     assert trial.user_attrs == {"verdict": "error: ConnectionError: lost postgresql+psycopg://u:***@db/x", "worker": "host:1"}
+    where = f"{__name__}:{objective.__qualname__}"
+    assert signature == f"ConnectionError: lost postgresql+psycopg://u:***@db/x @ {where}"
     assert "Traceback (most recent call last)" in traceback and "in objective" in traceback and "s3cret" not in traceback
 
 

@@ -57,7 +57,7 @@ def test_sigterm_ends_the_worker_with_143_its_trial_process_and_its_reference_fo
     assert not folder.exists() and not alive({hung_pid})
     # Its trial is failed and queued for a retry at once, rather than after going stale.
     (stopped,) = [t for t in trials(url) if t.state == TrialState.FAIL]
-    assert stopped.user_attrs["verdict"] == "crashed: its worker was stopped (SIGTERM or exit)"
+    assert stopped.user_attrs["verdict"] == "terminated: its worker was stopped by SIGTERM"
     (retry,) = [t for t in trials(url) if t.state == TrialState.WAITING]
     assert retry.params == stopped.params
     assert tickets(url) == ((0, 2), 0)  # the retry's ticket is back in the budget
