@@ -14,10 +14,10 @@ import sqlalchemy.exc
 from hpo.config.space import SearchSpace
 from hpo.errors import TrialError, error_verdict, short_traceback
 from hpo.logging import get_logger
+from hpo.masking import mask_secrets
 from hpo.records import RecordKey
 from hpo.storage.optuna_compat import rdb_backend, storage_of, trial_id_of
 from hpo.storage.retry import UNFINISHED, RetryWithRefund
-from hpo.storage.urls import mask_password
 from hpo.study.create import build_sampler
 
 __all__ = ["GuardedObjective", "sampler_for_ticket"]
@@ -56,10 +56,10 @@ class GuardedObjective:
 
             if is_sticky_device_error(exc.__cause__ or exc):
                 self.sticky = exc
-            trial.set_user_attr(RecordKey.VERDICT, mask_password(str(verdict)))
-            trial.set_user_attr(RecordKey.ERROR_TRACEBACK, mask_password(short_traceback(exc)))
+            trial.set_user_attr(RecordKey.VERDICT, mask_secrets(str(verdict)))
+            trial.set_user_attr(RecordKey.ERROR_TRACEBACK, mask_secrets(short_traceback(exc)))
             _log.warning(
-                f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_password(''.join(traceback.format_exception(exc)))}"
+                f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_secrets(''.join(traceback.format_exception(exc)))}"
             )
             _queue_retry(trial)
             raise
