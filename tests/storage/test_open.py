@@ -76,6 +76,14 @@ def test_a_raw_at_sign_in_the_password_is_refused_before_connecting_without_show
     assert "%40" in message and "pa@" not in message and "ss@" not in message
 
 
+def test_libpqs_list_of_hosts_is_refused_with_sqlalchemys_spelling():
+    with pytest.raises(UserInputError) as caught:
+        open_storage("postgresql+psycopg://postgres:s3cret@10.0.0.1:5432,10.0.0.2:5432/hpo")
+    message = str(caught.value)
+    assert message.startswith("storage postgresql+psycopg://postgres:***@10.0.0.1:5432,10.0.0.2:5432/hpo: SQLAlchemy reads")
+    assert "?host=HOST1:PORT&host=HOST2:PORT" in message and "s3cret" not in message
+
+
 def test_mask_secrets_masks_every_url_in_a_text():
     text = "a postgresql+psycopg://u:p%40ss@h:5/db and mysql+pymysql://root:x@h/db, sqlite:///a.db"
     assert mask_secrets(text) == "a postgresql+psycopg://u:***@h:5/db and mysql+pymysql://root:***@h/db, sqlite:///a.db"
