@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
+from hpo.masking import mask_secrets
 from hpo.verdicts import Kind, Verdict
 
 
@@ -115,10 +116,13 @@ TRACEBACK_CHARS = 4000
 
 
 def error_verdict(exc: BaseException) -> Verdict:
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    """`error: Type: first line`, masked (the message may quote a URL) before it is cut to 300
+    characters: a cut between a password and its '@' would leave the password unmasked."""
+    first = mask_secrets((str(exc).strip().splitlines() or [""])[0])[:300]
     return Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
 
 
 def short_traceback(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
+    """The traceback's last TRACEBACK_CHARS characters, masked before the cut."""
+    text = mask_secrets("".join(traceback.format_exception(exc)))
     return text if len(text) <= TRACEBACK_CHARS else "...\n" + text[-TRACEBACK_CHARS:]

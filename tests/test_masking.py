@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from hpo.app import cli
+from hpo.errors import error_verdict, short_traceback
 from hpo.logging import enable_propagation, get_logger, mask_library_logs
 from hpo.masking import is_secret_key, mask_secrets
 
@@ -153,3 +154,16 @@ def test_a_message_that_masks_its_url_then_is_masked_whole_keeps_its_shape():
     line = f"storage {mask_secrets(f'{PG}://hpo@db/x?sslpassword=Zq7')}: cannot connect"
     assert mask_secrets(line) == line == f"storage {PG}://hpo@db/x?sslpassword=***: cannot connect"
     assert mask_secrets("password=Zq7:x: y") == "password=***: y"
+
+
+def test_an_errors_verdict_and_traceback_are_masked_before_they_are_cut():
+    """A verdict keeps 300 characters of the message: cut between the password and its '@', a
+    masker run after the cut finds no URL and the password's start would be stored."""
+    url = f"{PG}://hpo:Zq7{'x' * 40}@db/x"
+    message = "." * 250 + " " + url  # the 300th character is in the password, past its first letters
+    try:
+        raise ConnectionError(message)
+    except ConnectionError as exc:
+        verdict, traceback = str(error_verdict(exc)), short_traceback(exc)
+    assert verdict.startswith("error: ConnectionError: ...") and "Zq7" not in verdict
+    assert "ConnectionError: ..." in traceback and "Zq7" not in traceback
