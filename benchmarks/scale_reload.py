@@ -23,7 +23,7 @@ from benchmarks.scale_db import DbTimer, fresh_database
 from benchmarks.scale_growth import KNOB_CHOICES, fill
 from hpo.config.space import parse_space
 from hpo.runtime.budget import BindOnStart, bind_ticket, tickets_of
-from hpo.runtime.child import sampler_for_ticket
+from hpo.runtime.guard import sampler_for_ticket
 from hpo.runtime.handed import ask_in_worker, open_handed
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import Any
 
+from hpo.masking import mask_secrets
 from hpo.verdicts import Kind, Verdict
 
 
@@ -119,8 +120,11 @@ TRACEBACK_CHARS = 4000
 
 
 def error_verdict(exc: BaseException) -> Verdict:
-    exc = real_cause(exc)  # an op's error, not the first line of torch.compile's wrapper around it
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    """`error: Type: first line` of the real cause (an op's error, not the first line of
+    torch.compile's wrapper around it), masked (the message may quote a URL) before it is cut to
+    300 characters: a cut between a password and its '@' would leave the password unmasked."""
+    exc = real_cause(exc)
+    first = mask_secrets((str(exc).strip().splitlines() or [""])[0])[:300]
     return Verdict(Kind.ERROR, f"{type(exc).__name__}: {first}".rstrip(": "))
 
 
@@ -146,7 +150,8 @@ def error_signature(exc: BaseException) -> str:
 
 
 def short_traceback(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
+    """The traceback's last TRACEBACK_CHARS characters, masked before the cut."""
+    text = mask_secrets("".join(traceback.format_exception(exc)))
     return text if len(text) <= TRACEBACK_CHARS else "...\n" + text[-TRACEBACK_CHARS:]
 
 

@@ -14,9 +14,9 @@ from hpo.app.machine_commands import cmd_doctor, cmd_gpu_check, cmd_train
 from hpo.app.result_commands import cmd_best, cmd_dashboard, cmd_export, cmd_report
 from hpo.app.study_commands import cmd_enqueue, cmd_probe, cmd_run, cmd_validate, cmd_worker
 from hpo.errors import ExitCode, UserInputError
-from hpo.logging import set_verbosity
+from hpo.logging import mask_library_logs, set_verbosity
+from hpo.masking import mask_secrets
 from hpo.runtime.interrupts import Stopped
-from hpo.storage.urls import mask_password
 
 COMMANDS = {
     "validate": cmd_validate,
@@ -45,6 +45,7 @@ def _quiet_libraries() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # hpo prints its own line per trial
+    mask_library_logs("optuna")  # what Optuna and a library without a handler print is masked too
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except UserInputError as exc:
         one_line = " ".join(str(exc).split())  # the contract is one line, whatever the message held
-        print(f"hpo {args.command}: error: {mask_password(one_line)}", file=sys.stderr)
+        print(f"hpo {args.command}: error: {mask_secrets(one_line)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("hpo: interrupted", file=sys.stderr)
@@ -70,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _unexpected(command: str, exc: Exception) -> int:
     """A storage that failed mid-command exits 3 in one line; anything else is a bug in hpo: its
-    traceback, then exit 70."""
+    traceback (masked: a frame's line or the message may quote the storage URL), then exit 70."""
     if _is_storage_error(exc):
         print(f"hpo {command}: error: the storage failed ({first_line(exc)})", file=sys.stderr)
         return ExitCode.STORAGE_UNREACHABLE
-    traceback.print_exc()
+    print(mask_secrets("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
     print(
         f"hpo {command}: internal error (exit {int(ExitCode.INTERNAL_ERROR)}): please report the traceback above", file=sys.stderr
     )

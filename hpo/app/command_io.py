@@ -6,7 +6,8 @@ from pathlib import Path
 
 from hpo.app.output import dumps, trial_json
 from hpo.errors import UserInputError
-from hpo.storage.urls import default_storage, mask_password
+from hpo.masking import mask_secrets
+from hpo.storage.urls import default_storage
 
 
 def storage_url(args, study_name: str) -> str:
@@ -24,13 +25,14 @@ def output_file(path: str) -> Path:
 
 
 def show(args, as_json, as_table: str) -> None:
-    """The command's result on stdout, as `--format` asks: `as_json` in a shape of `hpo.app.output`."""
-    print(dumps(as_json) if args.format == "json" else as_table)
+    """The command's result on stdout, as `--format` asks: `as_json` in a shape of `hpo.app.output`.
+    Masked as every output is: a trial's recorded error may quote a URL."""
+    print(mask_secrets(dumps(as_json) if args.format == "json" else as_table))
 
 
 def first_line(exc: BaseException) -> str:
     """A storage error's first line (SQLAlchemy wraps the driver's error as `orig`), password masked."""
-    return mask_password((str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
+    return mask_secrets((str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
 
 
 def metric_names(study) -> list[str]:

@@ -18,9 +18,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from hpo import deps
 from hpo.errors import UserInputError
 from hpo.logging import get_logger
+from hpo.masking import mask_secrets
 from hpo.storage.open import load_study_or_none, open_storage
 from hpo.storage.optuna_compat import study_id_of
-from hpo.storage.urls import mask_password
 
 _log = get_logger(__name__)
 
@@ -55,14 +55,14 @@ def serve_dashboard(storage_url: str, study_name: str | None, host: str, port: i
     if study_name is not None:
         study = load_study_or_none(storage, study_name)
         if study is None:
-            raise UserInputError(f"study {study_name!r} not found in {mask_password(storage_url)}")
+            raise UserInputError(f"study {study_name!r} not found in {mask_secrets(storage_url)}")
         study_id = study_id_of(study)
     try:
         server = make_server(host, port, dashboard.wsgi(storage), server_class=_ThreadingServer, handler_class=_QuietHandler)
     except OSError as exc:
         reason = "already in use; choose another with --port" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise UserInputError(f"cannot listen on {host}:{port}: {reason}") from None
-    _log.info(f"optuna-dashboard for {mask_password(storage_url)}: {study_url(host, port, study_id)}")
+    _log.info(f"optuna-dashboard for {mask_secrets(storage_url)}: {study_url(host, port, study_id)}")
     # A process a shell started in the background inherits SIGINT ignored, and Python then never
     # raises KeyboardInterrupt: Ctrl-C (or `kill -INT`) must still stop the dashboard.
     if threading.current_thread() is threading.main_thread():

@@ -18,11 +18,11 @@ import yaml
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.masking import mask_secrets
 from hpo.records import RecordKey
 from hpo.reporting.knob_effects import cells, header, knob_effects
 from hpo.reporting.observed import observed_knob
 from hpo.reporting.ranking import best_trials, trained_trials
-from hpo.storage.urls import mask_password
 from hpo.verdicts import Verdict
 
 __all__ = ["write_report"]
@@ -162,4 +162,4 @@ def write_report(study: optuna.Study, path: Path) -> None:
         + _section("Trials", _trial_rows(study))
         + "</body></html>"
     )
-    write_atomic(path, mask_password(page))
+    write_atomic(path, mask_secrets(page))

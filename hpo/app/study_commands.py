@@ -7,7 +7,7 @@ import sys
 from hpo.app.command_io import first_line, show, show_trials, storage_url
 from hpo.app.output import enqueued_json, knob_row_json
 from hpo.errors import ExitCode, UserInputError
-from hpo.storage.urls import mask_password
+from hpo.masking import mask_secrets
 
 
 def cmd_validate(args) -> int:
@@ -48,7 +48,7 @@ def cmd_run(args) -> int:
         raise UserInputError(f"study.sampler.name: {needs.name} {needs.why}")
 
     study = create_or_resume(space, url, name, n_trials=args.n_trials)
-    print(f"study {name!r} in {mask_password(url)}", file=sys.stderr)
+    print(f"study {name!r} in {mask_secrets(url)}", file=sys.stderr)
     note = SAMPLER_NOTES.get(space.study.sampler.name)
     if note:
         print(f"sampler {space.study.sampler.name}: {note}", file=sys.stderr)
@@ -96,7 +96,7 @@ def cmd_worker(args) -> int:
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
     except TrialsCannotStart as exc:  # this worker could not run trials; the study goes on without it
-        print(f"hpo worker: error: {exc}", file=sys.stderr)
+        print(f"hpo worker: error: {mask_secrets(str(exc))}", file=sys.stderr)
         return ExitCode.WORKER_FAILED
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:  # storage lost
         print(f"hpo worker: error: the storage failed ({first_line(exc)}); its trial is retried once stale", file=sys.stderr)

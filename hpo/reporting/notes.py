@@ -20,13 +20,13 @@ from hpo import deps
 from hpo.errors import UserInputError
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.logging import get_logger
+from hpo.masking import mask_secrets
 from hpo.records import RecordKey
 from hpo.reporting.knob_effects import knob_effects, markdown_table
 from hpo.reporting.machines import not_runnable_note
 from hpo.reporting.observed import observed_knob
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
-from hpo.storage.urls import mask_password
 from hpo.verdicts import Verdict
 
 __all__ = ["STUDY_NOTE_EVERY", "DashboardNotes", "study_note", "study_note_due", "trial_note"]
@@ -136,7 +136,7 @@ class DashboardNotes:
         except Exception as exc:  # noqa: BLE001 - a note is decoration: nothing in it may stop the study
             if not self._warned:
                 self._warned = True
-                first = mask_password((str(exc).splitlines() or [""])[0][:200])
+                first = mask_secrets((str(exc).splitlines() or [""])[0][:200])
                 _log.warning(
                     f"a dashboard note could not be written ({type(exc).__name__}: {first}); "
                     "the study goes on, some notes may be missing (this warning is shown once)"

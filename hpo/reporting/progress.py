@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.masking import mask_secrets
 from hpo.records import RecordKey
 from hpo.reporting.observed import observed_knobs
 from hpo.verdicts import Verdict
@@ -80,7 +81,8 @@ def _trial_text(event: TrialEvent, total: int) -> str:
     values = "" if event.values is None else " ".join(f"{v:.4g}" for v in event.values)
     knobs = " ".join(f"{k}={event.knobs[k]}" for k in KNOB_NAMES if k in event.knobs)
     speed = f" {event.samples_per_s:.1f} samples/s" if isinstance(event.samples_per_s, float) else ""
-    return f"trial #{event.trial} (budget {total}) {event.state} [{event.verdict}] {values} {knobs}{speed}".replace("  ", " ")
+    verdict = mask_secrets(str(event.verdict))  # an error's verdict may quote a URL
+    return f"trial #{event.trial} (budget {total}) {event.state} [{verdict}] {values} {knobs}{speed}".replace("  ", " ")
 
 
 def _metrics_text(metrics: dict[str, float]) -> str:

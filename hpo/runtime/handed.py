@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
 from hpo.runtime.budget import BindOnStart
-from hpo.runtime.child import GuardedObjective, sampler_for_ticket
+from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
 from hpo.storage.optuna_compat import take_trial, trial_id_of
 from hpo.study.create import open_hpo_study
 from hpo.study.suggest import suggest_config

@@ -10,8 +10,8 @@ from hpo.config.space import SearchSpace
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.progress import TrialPrinter
 from hpo.runtime.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket
-from hpo.runtime.child import GuardedObjective, sampler_for_ticket
 from hpo.runtime.deadline import InProcessDeadline, TrialTimeout
+from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
 from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.storage.optuna_compat import storage_of

@@ -30,7 +30,7 @@ from hpo.reporting.machines import machine_attr
 from hpo.reporting.notes import DashboardNotes
 from hpo.runtime.forkserver import start_forkserver
 from hpo.study.avoid import avoiding_here
-from hpo.verify.not_runnable import MachineCheck, check_on, nothing_left, searched_parts
+from hpo.verify.not_runnable import MachineCheck, nothing_left, searched_parts
 
 __all__ = ["NothingRunsHere", "check_machine", "forget_checks", "machine_checked"]
 
@@ -78,6 +78,15 @@ def machine_checked(study: optuna.Study, space: SearchSpace, storage_url: str, i
     _record(study, check)
     with avoiding_here(searched_parts(space.systems, check.parts())):
         yield check
+
+
+def check_on(systems: dict, device: str) -> MachineCheck:
+    """`hpo.verify.runnable.check_values` on the device a space names (`auto`, `cpu`, `cuda:N`).
+    A worker hands this function to its child process: the worker imports no torch, the child does."""
+    from hpo.hardware.runtime import resolve_device
+    from hpo.verify.runnable import check_values
+
+    return check_values(systems, resolve_device(device))
 
 
 def _run_check(systems: dict, device: str, in_child: bool, space: SearchSpace | None, storage_url: str | None) -> MachineCheck:

@@ -15,9 +15,10 @@ import sqlalchemy.exc
 from optuna.storages import RDBStorage
 
 from hpo.errors import StorageUnreachable, UserInputError
+from hpo.masking import mask_secrets
 from hpo.storage.pools import OneAtATimePool
 from hpo.storage.retry import RetryWithRefund
-from hpo.storage.urls import ensure_sqlite_folder, mask_password, split_pooler
+from hpo.storage.urls import ensure_sqlite_folder, split_pooler
 
 # A trial whose process stops sending heartbeats is failed after the grace period, then retried.
 # The environment overrides them (tests use 1 s / 3 s rather than waiting half a minute).
@@ -45,6 +46,7 @@ def open_storage(
             f"or every trial looks dead between two heartbeats; e.g. 3x the interval"
         )
     _refuse_grpc(url)
+    _refuse_misread_hosts(url)
     url, pooler = split_pooler(url)
     if create:
         ensure_sqlite_folder(url)
@@ -74,16 +76,37 @@ def _refuse_grpc(url: str) -> None:
     """Optuna's gRPC proxy has no URL and serves Optuna's calls only (docs/scaling.md tried it)."""
     if url.split(":", 1)[0].lower().startswith("grpc"):
         raise UserInputError(
-            f"storage {mask_password(url)}: Optuna's gRPC storage proxy is not supported: hpo's workers need SQL on the "
+            f"storage {mask_secrets(url)}: Optuna's gRPC storage proxy is not supported: hpo's workers need SQL on the "
             "study's database (the trial budget, heartbeats, crash recovery), which the proxy does not serve; "
             "reach PostgreSQL through PgBouncer instead (add ?hpo_pooler=transaction to its URL)"
+        )
+
+
+def _refuse_misread_hosts(url: str) -> None:
+    """Two URLs SQLAlchemy misreads, refused before anything connects. libpq's list of hosts
+    (`@h1:5432,h2:5432/db`) fails in SQLAlchemy's port. And SQLAlchemy reads a password up to its
+    first '@': a raw '@' in it makes the rest part of the host, and the driver's error ("failed to
+    resolve host 'rest@host'") would show that part of the password."""
+    try:
+        host = sqlalchemy.engine.make_url(url).host or ""
+    except sqlalchemy.exc.ArgumentError:
+        return  # not a URL SQLAlchemy parses: opening it says so
+    except ValueError:  # its port is no number
+        raise UserInputError(
+            f"storage {mask_secrets(url)}: SQLAlchemy reads one host[:port] before the database name; list several "
+            "hosts as ?host=HOST1:PORT&host=HOST2:PORT (libpq tries them in order)"
+        ) from None
+    if "@" in host:
+        raise UserInputError(
+            f"storage {mask_secrets(url)}: its user name or password holds a raw '@', which SQLAlchemy reads as part of "
+            "the host; percent-encode it ('@' as %40, ':' as %3A, '/' as %2F: urllib.parse.quote(password, safe=''))"
         )
 
 
 def _storage_error(url: str, exc: BaseException) -> UserInputError:
     reason = _reason(exc)
     kind = StorageUnreachable if reason.startswith("cannot connect") else UserInputError
-    return kind(f"storage {mask_password(url)}: {reason}")
+    return kind(f"storage {mask_secrets(url)}: {reason}")
 
 
 def _seconds_from_env(name: str, default: int) -> int:
@@ -107,7 +130,7 @@ def _require_sqlite_file(url: str) -> None:
     path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
     if not path.is_file():
         raise UserInputError(
-            f"storage {url}: no such file {str(path)!r}; check --storage, or create a study with `hpo run SPACE.yaml`"
+            f"storage {mask_secrets(url)}: no such file {str(path)!r}; check --storage, or create a study with `hpo run SPACE.yaml`"
         )
 
 
@@ -130,7 +153,7 @@ def _engine_kwargs(url: str, pooler: str | None = None) -> dict:
 
 def _reason(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    first = mask_password(text[0] if text else type(exc).__name__)
+    first = mask_secrets(text[0] if text else type(exc).__name__)
     if "password authentication failed" in first or "Access denied" in first:
         return f"authentication failed ({first}); check the user and password in --storage"
     if "version_info" in first:  # Optuna's first query: the database has none of its tables

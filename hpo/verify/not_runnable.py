@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from hpo.verdicts import Part
 
-__all__ = ["CHECKED_KNOBS", "MachineCheck", "NotRunnable", "check_on", "nothing_left", "render", "searched_parts"]
+__all__ = ["CHECKED_KNOBS", "MachineCheck", "NotRunnable", "nothing_left", "render", "searched_parts"]
 
 # The knobs whose values declare needs in the registry (grad_checkpointing and compile declare none).
 CHECKED_KNOBS = ("precision", "attention", "optimizer")
@@ -53,15 +53,6 @@ class MachineCheck:
             for n in self.not_runnable
             if len(n.part) == 2 and (knob, value) in n.part and knob != "precision"
         }
-
-
-def check_on(systems: Mapping[str, Sequence], device: str) -> MachineCheck:
-    """`hpo.verify.runnable.check_values` on the device a space names (`auto`, `cpu`, `cuda:N`).
-    A worker hands this function to its child process: the worker imports no torch, the child does."""
-    from hpo.hardware.runtime import resolve_device
-    from hpo.verify.runnable import check_values
-
-    return check_values(systems, resolve_device(device))
 
 
 def render(part: Part) -> str:

@@ -7,7 +7,6 @@ cut into blocks; training draws seeded random blocks, validation scores fixed co
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -17,12 +16,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpo.errors import UserInputError
+from hpo.logging import get_logger
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.hf_common import cache_folder, cache_key, cached, checkpoint_layers, load_pretrained, load_tokenizer
 from hpo.workloads.options.hf_causal_lm import DATA_BUILDERS, METRICS, HFCausalLMOptions
 from hpo.workloads.options.hf_files import read_table
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 EVAL_BATCH_SIZE = 16
 

@@ -8,7 +8,6 @@ the files are read with `datasets`; labels may be strings. Each batch is padded 
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Iterator, Sequence
 
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpo.errors import UserInputError
+from hpo.logging import get_logger
 from hpo.torch_compat import mark_dynamic_width
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.hf_common import (
@@ -32,7 +32,7 @@ from hpo.workloads.hf_common import (
 from hpo.workloads.options.hf_files import read_table
 from hpo.workloads.options.hf_text_classification import DATA_BUILDERS, METRICS, HFTextClassificationOptions
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 EVAL_BATCH_SIZE = 32
 WIDTH_MULTIPLE = 8

@@ -7,9 +7,9 @@ import pytest
 import sqlalchemy as sa
 
 from hpo.errors import UserInputError
+from hpo.masking import mask_secrets
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import liveness
-from hpo.storage.urls import mask_password
 
 
 def test_reading_a_missing_sqlite_file_does_not_create_it(tmp_path):
@@ -64,9 +64,29 @@ def test_connection_errors_are_one_masked_line(url, reason):
     assert "s3cret" not in message and ":***@" in message
 
 
-def test_mask_password_masks_every_url_in_a_text():
+@pytest.mark.parametrize("create", [True, False])
+def test_a_raw_at_sign_in_the_password_is_refused_before_connecting_without_showing_any_of_it(create):
+    """SQLAlchemy would read `ss@127.0.0.1` as the host, and the driver's error would quote it."""
+    with pytest.raises(UserInputError) as caught:
+        open_storage("postgresql+psycopg://postgres:pa@ss@127.0.0.1:5432/hpo", create=create)
+    message = str(caught.value)
+    assert message.startswith(
+        "storage postgresql+psycopg://postgres:***@127.0.0.1:5432/hpo: its user name or password holds a raw '@'"
+    )
+    assert "%40" in message and "pa@" not in message and "ss@" not in message
+
+
+def test_libpqs_list_of_hosts_is_refused_with_sqlalchemys_spelling():
+    with pytest.raises(UserInputError) as caught:
+        open_storage("postgresql+psycopg://postgres:s3cret@10.0.0.1:5432,10.0.0.2:5432/hpo")
+    message = str(caught.value)
+    assert message.startswith("storage postgresql+psycopg://postgres:***@10.0.0.1:5432,10.0.0.2:5432/hpo: SQLAlchemy reads")
+    assert "?host=HOST1:PORT&host=HOST2:PORT" in message and "s3cret" not in message
+
+
+def test_mask_secrets_masks_every_url_in_a_text():
     text = "a postgresql+psycopg://u:p%40ss@h:5/db and mysql+pymysql://root:x@h/db, sqlite:///a.db"
-    assert mask_password(text) == "a postgresql+psycopg://u:***@h:5/db and mysql+pymysql://root:***@h/db, sqlite:///a.db"
+    assert mask_secrets(text) == "a postgresql+psycopg://u:***@h:5/db and mysql+pymysql://root:***@h/db, sqlite:///a.db"
 
 
 @pytest.mark.parametrize("url", ["grpc://127.0.0.1:13000", "GRPC://u:s3cret@proxy:13000/x"])
