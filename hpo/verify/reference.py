@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import run_step
 from hpo.hardware.allocator import Prefault, page_faults, prefault_heap
 from hpo.hardware.runtime import synchronize
+from hpo.verify.steady import timed_step
 from hpo.workloads.base import Batch
 
 __all__ = ["ReferenceTiming", "full_step_bytes", "time_reference", "time_until_steady"]
@@ -86,7 +86,7 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
     def step() -> tuple[float, int]:
         synchronize(reference.device)
         faults, start = page_faults(), time.perf_counter()
-        run_step(reference, moved, next(steps))
+        timed_step(reference, moved, next(steps))
         synchronize(reference.device)
         return time.perf_counter() - start, page_faults() - faults
 
