@@ -36,14 +36,14 @@ def test_a_reference_stored_on_a_quieter_machine_does_not_prove_a_value_slow():
 
 @pytest.mark.slow
 def test_a_reference_too_noisy_to_judge_gives_no_slow_verdict_and_the_trial_trains(monkeypatch):
-    """Fault: the trial's foreach AdamW is truly slow (0.5 s a step), but every step of the
+    """Fault: the trial's foreach AdamW is truly slow (1.5 s a step), but every step of the
     reference's for-loop AdamW takes 10 ms longer than the one before, so its own steps never
     agree: nothing can be judged against it. No verdict; the trial trains and says why."""
     original, calls = torch.optim.AdamW.step, []
 
     def step(self, *args, **kwargs):
         if self.param_groups[0].get("foreach"):
-            time.sleep(0.5)
+            time.sleep(1.5)
         else:
             calls.append(None)
             time.sleep(0.01 * len(calls))
@@ -55,6 +55,6 @@ def test_a_reference_too_noisy_to_judge_gives_no_slow_verdict_and_the_trial_trai
     verdicts.put(reference_key(config, CPU), {"step_ms": 1.0})  # the trial's first steady steps are over the limit
     outcome = execute(config, verdicts)
     assert str(outcome.verdict) == "ok" and outcome.attrs["steps_run"] == 4
-    assert outcome.attrs["slow_not_judged"].startswith("reference spread "), outcome.attrs
+    assert (outcome.attrs.get("slow_not_judged") or "").startswith("reference spread "), outcome.attrs
     assert "slow_not_confirmed" not in outcome.attrs
     assert not [r for r in verdicts.records.values() if "verdict" in r and not r["verdict"].startswith("ok")]
