@@ -75,6 +75,8 @@ def run_probe(
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
     of memory (the trial's size) and a failure that does not repeat (`hpo.verify.compared_step.NotReproduced`)."""
+    if keep_model and timed:
+        raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
     start = time.perf_counter()
     store = store if store is not None else MemoryVerdicts()
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
@@ -112,11 +114,8 @@ def run_probe(
         # Before training starts: the trial's peak memory is its own. Nothing of the reference
         # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the
         # last names frees it here, without a gc.collect.
-        if timed:  # the timed steps updated the weights
-            trial.restart(kept.initial)
-        else:
-            trial.restart()
-            _restore_buffers(trial.model, kept.initial)
+        trial.restart()
+        _restore_buffers(trial.model, kept.initial)
         reference = kept = steps = None
         result.model = trial
     result.reference_reused = reused
