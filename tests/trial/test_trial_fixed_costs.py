@@ -165,17 +165,25 @@ def _slow_foreach_steps(monkeypatch) -> None:
 
 
 def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and_never_trained_again(monkeypatch):
+    from hpo.trial import trainer
     from hpo.trial.trainer import SLOW_CHECK_STEPS
     from hpo.verdicts import Kind
 
     config, verdicts = dataclasses.replace(_config(), skip_slow=True), MemoryVerdicts()
     _slow_foreach_steps(monkeypatch)
     seen = _forwards(monkeypatch)
+    trained, step = [], trainer._step  # the training loop's steps (the probe's and the proof's are in train mode too)
+
+    def counted(assembled, batch, index):
+        trained.append((len(batch["tokens"]), assembled.model.training))
+        return step(assembled, batch, index)
+
+    monkeypatch.setattr(trainer, "_step", counted)
     slow = execute(config, verdicts)
     assert slow.verdict.kind is Kind.SLOW and slow.values is None
     assert slow.attrs["slowdown"] > config.slow_ratio
     # The profiled evidence step, then the steady steps the check judges: no more.
-    assert [f for f in seen if f[1]] == [(16, True)] * (1 + SLOW_CHECK_STEPS)
+    assert trained == [(16, True)] * (1 + SLOW_CHECK_STEPS)
     assert slow.attrs["knobs_observed"]["optimizer"] == "foreach"  # observed in training before the check
     # Timed beside the reference, foreach alone is slow: only it (at this batch size) is implicated.
     assert slow.attrs["verdict_implicates"] == [["batch_size", 16], ["optimizer", "foreach"]], slow.attrs
