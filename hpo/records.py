@@ -120,6 +120,12 @@ class TrialRecord(_Record):
         description="what the slow check first measured, when timing the knobs again beside the reference found "
         "nothing slow (a busy machine): the trial then trained again from its first step without the check",
     )
+    slow_not_judged: str | None = Field(
+        None,
+        description="why no `slow` verdict was judged although the trial's steps were over the limit: the fp32/eager "
+        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`); the trial "
+        "trained without the check",
+    )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
     probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")
     train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
@@ -198,6 +204,7 @@ class RecordKey:
     PROBE_REFERENCE_REUSED = "probe_reference_reused"
     SLOWDOWN = "slowdown"
     SLOW_NOT_CONFIRMED = "slow_not_confirmed"
+    SLOW_NOT_JUDGED = "slow_not_judged"
     PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
     PROBE_GRAD_REL_ERR = "probe_grad_rel_err"
     TRAIN_SAMPLES_PER_S = "train_samples_per_s"

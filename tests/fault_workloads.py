@@ -1,8 +1,10 @@
 """The toy workload with one fault injected on purpose, for the fault matrix
 (`tests/faults/test_fault_matrix.py`): `fault_workloads:Faulty` with `fault` set to
 
-- `loss_in_probe`: the loss raises in the probe's compared step (eval mode), a workload bug;
-- `loss_in_training`: the loss raises in training (train mode), a workload bug;
+- `loss_in_probe`: the loss raises in the probe's compared step (call 0, the reference's), a workload bug;
+- `loss_in_training`: the loss raises in training, a workload bug: on the trial's model (its attention
+  is not the reference's eager) and a full batch; the probe's compared steps, in train mode like
+  training's, run on PROBE_SAMPLES samples;
 - `data`: the training batches raise at batch `at_batch` (0: in the probe's own fetch);
 - `under_bf16`: the loss raises only under bf16 autocast, with a message no upstream contract names,
   so only a differential run can blame bf16;
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hpo.verify.probe import PROBE_SAMPLES
 from hpo.workloads.base import Batch
 from toy_workloads import Toy, ToyOptions
 
@@ -52,14 +55,17 @@ class Faulty(Toy):
         if self.options.fault == "sticky" and (_poisoned or attention == self.options.sticky_attention):
             _poisoned = True
             raise RuntimeError(STICKY)
-        return super().build_model(attention)
+        model = super().build_model(attention)
+        model.built_with = attention
+        return model
 
     def training_loss(self, model, batch):
         fault, call = self.options.fault, self.calls
         self.calls += 1
-        if fault == "loss_in_probe" and not model.training:
+        if fault == "loss_in_probe" and call == 0:
             raise KeyError("label column 'topic' is missing from the batch")
-        if fault == "loss_in_training" and model.training:
+        in_training = batch["tokens"].shape[0] != PROBE_SAMPLES and getattr(model, "built_with", "eager") != "eager"
+        if fault == "loss_in_training" and model.training and in_training:
             raise ValueError("the user's loss divides by an empty mask")
         if fault == "under_bf16" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
             raise RuntimeError("my_fused_block: refused its input")

@@ -70,3 +70,23 @@ def topic_files(folder: Path, suffix: str = ".csv") -> tuple[Path, Path]:
     train = [{"text": t, "label": k} for k, texts in TOPICS.items() for t in texts[:4]]
     val = [{"text": t, "label": k} for k, texts in TOPICS.items() for t in texts[4:]]
     return write_rows(folder / f"train{suffix}", train), write_rows(folder / f"validation{suffix}", val)
+
+
+# Python-like text for a tiny causal LM: words a word-level tokenizer keeps whole.
+TEXT = "def add(a, b):\n    return a + b\n\nclass Point:\n    x: int = 0\n    y: int = 0\n" * 40
+
+
+def tiny_gpt2(folder, text: str):
+    """A random 2-layer GPT-2 with a word-level tokenizer built from `text`, saved locally."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = sorted(set(text.split()))
+    vocab = {w: i for i, w in enumerate(["<eos>", "<unk>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<unk>", pad_token="<eos>")
+    config = GPT2Config(vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

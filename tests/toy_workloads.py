@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpo.knobs.attention import attention_function
+from hpo.verify.probe import PROBE_SAMPLES
 from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
 
 
@@ -92,7 +93,8 @@ class Toy(Workload):
 
     def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         loss = F.cross_entropy(model(batch["tokens"]).float(), batch["labels"]) * self.options.loss_scale
-        if model.training and self.options.nan_at_step >= 0:
+        # Training steps only: the probe's compared step (train mode too) runs on PROBE_SAMPLES samples.
+        if model.training and self.options.nan_at_step >= 0 and batch["tokens"].shape[0] != PROBE_SAMPLES:
             inner = getattr(model, "_orig_mod", model)
             if inner.steps == self.options.nan_at_step:
                 loss = loss * float("nan")

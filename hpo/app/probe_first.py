@@ -26,7 +26,6 @@ from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import run_step
 from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.reporting.notes import DashboardNotes
@@ -34,13 +33,15 @@ from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import add_study_user_attr
 from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, Timing, kept_of, rank_precision, rejected_lines
 from hpo.verify.cache import StudyVerdicts
-from hpo.verify.speed import fastest_step_ms
+from hpo.verify.steady import DEFAULT_POLICY, time_model
 from hpo.workloads.registry import create_workload
 
 __all__ = ["NothingVerified", "decide", "interleaved_times", "make_decision"]
 
 REPEATS = 3  # rounds over the candidates; each round times every candidate once, in a rotated order
-STEPS = 3  # warm steps per timing; the fastest counts (noise only ever adds time)
+# Each round's timing of a candidate: untimed steps at its shape first, then repeats until steady;
+# its fastest step counts (noise only ever adds time). See `hpo.verify.steady`.
+POLICY = DEFAULT_POLICY
 # Timed again: the combinations the sweep measured within this factor of their precision's fastest.
 # The sweep's single timings varied by up to 25% on a quiet host (FINDINGS), and by 5x on a host
 # shared with other jobs (a 12-combination sweep of bench-vs-hf's GPT, 2026-11-25): only a
@@ -128,7 +129,7 @@ def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=N
         "rejected": rejected_lines([{"knobs": r.knobs, "verdict": r.verdict} for r in rows], space.systems),
         "keep_fastest": keep,
         "repeats": REPEATS,
-        "steps": STEPS,
+        "timing": POLICY.record(),
         "timed_again_s": time.perf_counter() - started,
         "window": WINDOW,
     }
@@ -163,6 +164,7 @@ def _ranking_line(precision: str, ranked) -> dict:
         "knobs": timing.knobs,
         "step_ms": timing.median_ms,
         "spread": timing.spread,
+        "times_ms": list(timing.times_ms),  # the repeats it was ranked on: how a tie came about
         "tied_with": [_key(k) for k in ranked.tied_with],
     }
 
@@ -196,7 +198,8 @@ class _Fixed:
 
 
 class _Timer:
-    """One warm model per candidate, built once; each call times `STEPS` steps of it."""
+    """One model per candidate, built once; each call times it until steady (`hpo.verify.steady`),
+    its untimed steps first, so a first call per shape (cuDNN attention's plan) is never timed."""
 
     def __init__(self, configs: list[TrialConfig]):
         first = configs[0]
@@ -212,13 +215,11 @@ class _Timer:
         self.batch = next(self.workload.train_batches(config.training.batch_size, config.seed))
         for config in self.configs:
             seed_everything(config.seed)
-            model = AssembledModel(self.workload, config.knobs, config.training, self.device)
-            run_step(model, model.move(self.batch), 0)  # compiles, creates optimizer state
-            self.models[id(config)] = model
+            self.models[id(config)] = AssembledModel(self.workload, config.knobs, config.training, self.device)
         return self
 
     def __call__(self, config: TrialConfig, repeat: int) -> float:
-        return fastest_step_ms(self.models[id(config)], self.batch, STEPS, budget_ms=float("inf"))
+        return time_model(self.models[id(config)], self.batch, POLICY).best_ms
 
     def __exit__(self, *exc) -> None:
         self.models.clear()

@@ -7,6 +7,7 @@ verified is exactly what trains.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -33,7 +34,7 @@ class AssembledModel:
     def __init__(self, workload: Workload, knobs: Knobs, training: TrainingConfig, device: torch.device):
         self.workload, self.knobs, self.training, self.device = workload, knobs, training, device
         self.precision = precision_plugin(knobs.precision, device.type)
-        self.model = self.precision.convert_module(workload.build_model(knobs.attention).to(device))
+        self.model = self.precision.convert_module(_built_on(device, workload, knobs.attention))
         self.recompute = RecomputeCounter()
         blocks = workload.checkpoint_blocks(self.model)
         if knobs.grad_checkpointing:
@@ -52,24 +53,28 @@ class AssembledModel:
         self.optimizer = build_optimizer(
             self.knobs.optimizer, self.model.parameters(), lr=self.training.lr, weight_decay=self.training.weight_decay
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._warmup)
+        # A function of the warm-up length, not a bound method: a scheduler holding `self._warmup`
+        # would make this object refer to itself, kept alive (with its weights and optimizer state)
+        # until the next gc.collect after its last user dropped it.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, functools.partial(warmup_factor, self.training.warmup_steps)
+        )
         self.scaler = self.precision.scaler  # fp16's GradScaler, or None
         self.memory = MemoryMeter(self.device)
         self.health = DeviceHealth(self.device)  # the probe's steps never count against training
 
-    def restart(self, state: dict[str, torch.Tensor]) -> None:
-        """Back to the weights `state` with a fresh optimizer, warm-up, loss scale and memory
-        meter: a model the probe has stepped then trains exactly as a newly built one would, and
-        the trial builds no second model. Compiled graphs are kept (they depend on no weights)."""
-        self.model.load_state_dict(state)
+    def restart(self, state: dict[str, torch.Tensor] | None = None) -> None:
+        """A fresh optimizer, warm-up, loss scale and memory meter, no gradients, train mode, and
+        with `state` the weights back at it: a model the probe has stepped then trains exactly as
+        a newly built one would, and the trial builds no second model. Compiled graphs are kept
+        (they depend on no weights). The probe's compared step leaves the weights unchanged, so
+        only a model timed with real updates (`hpo probe`) needs `state`."""
+        if state is not None:
+            self.model.load_state_dict(state)
         self.model.zero_grad(set_to_none=True)
         self.model.train()
         self.precision = precision_plugin(self.knobs.precision, self.device.type)  # a new GradScaler
         self._fresh_training_state()
-
-    def _warmup(self, step: int) -> float:
-        warmup = self.training.warmup_steps
-        return 1.0 if warmup == 0 else min(1.0, (step + 1) / warmup)
 
     @contextlib.contextmanager
     def knob_context(self) -> Iterator[None]:
@@ -142,3 +147,18 @@ class AssembledModel:
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+def warmup_factor(warmup_steps: int, step: int) -> float:
+    """The learning rate's factor at `step` of a linear warm-up over `warmup_steps` (0: none)."""
+    return 1.0 if warmup_steps == 0 else min(1.0, (step + 1) / warmup_steps)
+
+
+def _built_on(device: torch.device, workload: Workload, attention: str) -> torch.nn.Module:
+    """The workload's model, created on `device`: under the device as torch's default, parameters
+    are allocated and initialised there, not on the CPU and then copied. The `.to` moves what a
+    workload created elsewhere on purpose (a checkpoint loaded to the CPU), and is free otherwise."""
+    if device.type == "cpu":
+        return workload.build_model(attention)
+    with torch.device(device):
+        return workload.build_model(attention).to(device)

@@ -39,9 +39,12 @@ def enable_checkpointing(blocks: Sequence[nn.Module], counter: RecomputeCounter)
 
 
 def count_block_runs(blocks: Sequence[nn.Module], counter: RecomputeCounter) -> None:
-    """Count forwards without checkpointing, so the evidence for 'off' is measured the same way."""
+    """Count forwards without checkpointing, so the evidence for 'off' is measured the same way.
+    A forward pre-hook, not a wrapper stored on the block: a wrapper holding the block's bound
+    `forward` makes the block refer to itself, and a dropped model (the probe's reference) would
+    stay alive, weights and all, until the next gc.collect."""
     for block in blocks:
-        block.forward = _counted(block.forward, counter)
+        block.register_forward_pre_hook(lambda module, args: counter.record())
 
 
 def _counted(forward, counter: RecomputeCounter):

@@ -14,20 +14,36 @@ def decision_note(decided: dict) -> str:
     lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
     lines += [
         f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
-        f"timed again: {decided['repeats']} repeats interleaved across them, the fastest of {decided['steps']} steps "
-        f"each ({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
+        f"timed again: {decided['repeats']} repeats interleaved across them, {_each(decided)} "
+        f"({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
         "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
         "",
-        "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | kept |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | repeats ms | kept |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in decided["ranking"]:
         k, kept = r["knobs"], "yes" if r["rank"] <= decided["keep_fastest"] else ""
         tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
         lines.append(
             f"| {r['precision']} | {r['rank']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
-            f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {kept}{tie} |"
+            f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
         )
     if decided["rejected"]:
         lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
     return "\n".join(lines)
+
+
+def _each(decided: dict) -> str:
+    """How each repeat was timed: a steady timing (an older decision: the fastest of a few steps)."""
+    timing = decided.get("timing")
+    if timing is None:
+        return f"the fastest of {decided.get('steps', '?')} steps each"
+    return (
+        f"each {timing['warmup_steps']} untimed step(s), then the fastest of {timing['min_repeats']}-"
+        f"{timing['max_repeats']} steps, repeated until the fastest {timing['window']} agreed within "
+        f"{timing['steady_spread']:.0%}"
+    )
+
+
+def _repeats(ranked: dict) -> str:
+    return ", ".join(f"{t:.2f}" for t in ranked.get("times_ms", [])) or "-"

@@ -119,6 +119,8 @@ def _verify(run: TrialRun) -> TrialOutcome | None:
         )
     keep_probe(run.verdicts, run.key, run.facts, probe, run.config.training.batch_size)
     run.attrs.update(_probe_attrs(probe))
+    if probe.slow_not_judged is not None:  # a Lightning trial's probe timed it: it trains, unjudged
+        run.attrs[RecordKey.SLOW_NOT_JUDGED] = probe.slow_not_judged
     verdict = probe.slow if probe.ok and probe.slow is not None else probe.verdict
     if not verdict.ok:
         run.attrs[RecordKey.KNOBS_OBSERVED] = probe.observed
@@ -142,13 +144,17 @@ def _train_with_hpo(run: TrialRun) -> None:
         run.result = _train_from_start(run, run.slow_limit if run.config.skip_slow else None)
     except TooSlow as exc:
         run.model = None  # before the proof times other knobs
-        proven = prove_too_slow(run, exc)
-        if proven is not None:
-            raise TooSlow(proven, exc.observed, exc.step_ms) from None
-        # Timed again beside the reference, nothing was slow: the first steps met a busy machine,
-        # which says nothing about the knobs. Trained again from the start, without the check, so
-        # that the trial's result is its knobs' and not a verdict that nothing proved.
-        run.attrs[RecordKey.SLOW_NOT_CONFIRMED] = exc.verdict.detail
+        proof = prove_too_slow(run, exc)
+        if proof.verdict is not None:
+            raise TooSlow(proof.verdict, exc.observed, exc.step_ms) from None
+        # Timed again beside the reference, nothing was slow (the first steps met a busy machine),
+        # or the reference itself was too noisy to judge: neither says anything about the knobs.
+        # Trained again from the start, without the check, so that the trial's result is its
+        # knobs' and not a verdict that nothing proved.
+        if proof.not_judged is not None:
+            run.attrs[RecordKey.SLOW_NOT_JUDGED] = proof.not_judged
+        else:
+            run.attrs[RecordKey.SLOW_NOT_CONFIRMED] = exc.verdict.detail
         run.result = _train_from_start(run, None)
     finally:
         run.model = None  # before the next trial

@@ -12,24 +12,25 @@ from hpo.verify.cache import reference_key, speed_key
 from hpo.verify.probe_result import speed_fact
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
-from hpo.verify.speed import prove_slow
+from hpo.verify.speed import SlowProof, prove_slow
 
 __all__ = ["prove_too_slow", "record_speed", "slow_limit"]
 
 
-def prove_too_slow(run: TrialRun, exc: TooSlow) -> Verdict | None:
+def prove_too_slow(run: TrialRun, exc: TooSlow) -> SlowProof:
     """The trial's first steady steps were too slow: the `slow` verdict of the values that are slow
-    on their own when timed beside the reference (`prove_slow`), cached; None when not even the
-    whole combination is slow timed again (the first steps met a busy machine)."""
+    on their own when timed beside the reference (`prove_slow`), cached; none when not even the
+    whole combination is slow timed again (the first steps met a busy machine), or when the
+    reference's own steps varied too much to judge (`SlowProof.not_judged`)."""
     limit, batch_size = run.slow_limit, run.config.training.batch_size
     slowdown = limit.slowdown(exc.step_ms)
     run.attrs.update({RecordKey.SLOWDOWN: slowdown, RecordKey.KNOBS_OBSERVED: exc.observed})
     free_memory(run.device)
     with run.phases("probe"):
-        proven = prove_slow(run.workload, run.config, run.device, limit)
-    if proven is not None:
-        run.verdicts.add(speed_key(run.key, batch_size), speed_fact(proven, slowdown, exc.step_ms, batch_size))
-    return proven
+        proof = prove_slow(run.workload, run.config, run.device, limit)
+    if proof.verdict is not None:
+        run.verdicts.add(speed_key(run.key, batch_size), speed_fact(proof.verdict, slowdown, exc.step_ms, batch_size))
+    return proof
 
 
 def record_speed(run: TrialRun) -> None:

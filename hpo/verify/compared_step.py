@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,7 @@ from hpo.torch_compat import foreach_div, foreach_norm, foreach_sub
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.blame import isolate
 from hpo.verify.compared import ComparedReference
+from hpo.verify.dropout_off import train_mode_without_dropout
 from hpo.verify.known_failures import is_sticky_device_error, match_known_failure, real_cause
 from hpo.verify.probe_result import ProbeResult
 from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
@@ -68,8 +70,11 @@ class ComparedSteps:
             if failure is not None:
                 return trial, failure
             # The compared step's update, after the comparison (gradient clipping would change the
-            # gradients in place): it runs the optimizer knob, and creates its state before timing.
-            trial.optimizer_step()
+            # gradients in place), at learning rate 0: it runs the optimizer knob's own kernels
+            # (and their refusals) and moves no weight, so training starts from these weights
+            # with no copy of them restored.
+            with _learning_rate_zero(trial.optimizer):
+                trial.optimizer_step()
             trial.check_scaler(step=0)
         except (KnobUnavailable, TrialRejected) as exc:
             return trial, _Failure(str(exc.verdict), exc.verdict, "contract")
@@ -146,13 +151,27 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
+@contextlib.contextmanager
+def _learning_rate_zero(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """Every group's learning rate 0 for one update, then restored. AdamW's decoupled decay
+    multiplies by 1 - lr * wd and its step adds lr times a finite ratio: both leave the weights
+    exactly as they were (the comparison has checked the gradients finite)."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    try:
+        yield
+    finally:
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
+
+
 def loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:
     """The compared step, without an update: its loss and unscaled gradients, which stay on the
-    parameters as well (the trial's update then runs on them)."""
-    # Dropout off: the comparison must see the same function. The model stays in eval mode for the
-    # timed steps too, so a compiled model is not recompiled for train mode mid-measurement.
-    assembled.model.eval()
-    loss = run_step(assembled, batch, step=0, update=False)
+    parameters as well (the trial's update then runs on them). In train mode, the mode training
+    runs in, with dropout off: the comparison must see the same function (`hpo.verify.dropout_off`)."""
+    with train_mode_without_dropout(assembled.model):
+        loss = run_step(assembled, batch, step=0, update=False)
     scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
     grads = [
         p.grad.detach().float() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)

@@ -18,8 +18,13 @@ Cost, since a trial pays it before every new knob combination:
   (`hpo.verify.compared`) instead of building the reference and running it again;
 - a trial's probe times nothing of the trial: its first steady training steps decide `slow`
   (`hpo.verify.slow`). Only the reference's step time is measured (`hpo.verify.reference`), once
-  per model, batch size and device, and kept in the verdict store (the study's). `hpo probe` times
-  the trial too (`timed`).
+  per model, batch size and device, and kept in the verdict store (the study's). `hpo probe` and
+  the Lightning path time the trial too (`timed`), in steady steps (`hpo.verify.steady`);
+- the compared steps run in train mode with dropout off (`hpo.verify.dropout_off`), so a compiled
+  trial's graph is the train-mode graph it trains with, and its update moves no weight
+  (`hpo.verify.compared_step`): the trial trains from where the probe left it, nothing restored;
+- the reference's initial weights are its own parameters, not a copy: it is never updated before
+  the trial's compared step has loaded them.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.reference import time_reference
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
-from hpo.verify.speed import TIMED_STEPS, fastest_step_ms, prove_slow
+from hpo.verify.speed import prove_slow
+from hpo.verify.steady import time_model
 from hpo.workloads.base import Batch, Workload
 
 # keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
@@ -69,6 +75,8 @@ def run_probe(
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
     of memory (the trial's size) and a failure that does not repeat (`hpo.verify.compared_step.NotReproduced`)."""
+    if keep_model and timed:
+        raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
     start = time.perf_counter()
     store = store if store is not None else MemoryVerdicts()
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
@@ -103,13 +111,25 @@ def run_probe(
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
     if keep_model and result.ok and trial is not None:
-        initial = kept.initial
-        reference = kept = steps = None  # before training starts: the trial's peak memory is its own
-        trial.restart(initial)
+        # Before training starts: the trial's peak memory is its own. Nothing of the reference
+        # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the
+        # last names frees it here, without a gc.collect.
+        trial.restart()
+        _restore_buffers(trial.model, kept.initial)
+        reference = kept = steps = None
         result.model = trial
     result.reference_reused = reused
     result.probe_s = time.perf_counter() - start
     return result
+
+
+def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -> None:
+    """Buffers back at their initial values (the compared step in train mode updated batch norm's
+    running statistics): a probed model then trains as a newly built one would."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name in initial:
+                buffer.copy_(initial[name])
 
 
 def _compared_samples(config: TrialConfig) -> int:
@@ -126,10 +146,12 @@ def _time_trial(
         result.trial_step_ms = reference_ms
         return
     limit = SlowLimit(reference_ms, config.slow_ratio, config.training.batch_size)
-    result.trial_step_ms = fastest_step_ms(trial, batch, TIMED_STEPS, budget_ms=reference_ms * config.slow_ratio)
+    timed = time_model(trial, batch)
+    result.trial_step_ms, result.trial_steps_ms = timed.best_ms, list(timed.times_ms)
     result.slowdown = limit.slowdown(result.trial_step_ms)
     if config.skip_slow and limit.verdict(config.knobs, result.trial_step_ms) is not None:
-        result.slow = prove_slow(steps.workload, config, steps.device, limit)
+        proof = prove_slow(steps.workload, config, steps.device, limit)
+        result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
 
 
 def _reference_step(
@@ -142,7 +164,12 @@ def _reference_step(
     the count needs (`hpo.engine.flops`), so the trial's speed record need not build another."""
     seed_everything(config.seed)
     reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
-    initial = {k: v.detach().clone() for k, v in reference.model.state_dict().items()}
+    # Its own parameters, not a copy: the compared step does not update them, and the reference is
+    # timed (updating them) only after the trial's compared step has loaded them. Buffers are
+    # copied (they are small): a train-mode step updates batch norm's running statistics.
+    parameters = {id(p) for p in reference.model.parameters()}
+    initial = {k: v if id(v) in parameters else v.clone() for k, v in reference.model.state_dict(keep_vars=True).items()}
+    initial = {k: v.detach() for k, v in initial.items()}
     samples = workload.samples_in(compared)
     count = samples <= PROBE_SAMPLES and store.get(flops_key(config, device)) is None
     resident = resident_bytes()

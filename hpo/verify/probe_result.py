@@ -19,7 +19,8 @@ class ProbeResult:
     grad_rel_err: float | None = None
     slowdown: float | None = None
     reference_step_ms: float | None = None
-    trial_step_ms: float | None = None
+    trial_step_ms: float | None = None  # the fastest of the timed steady steps
+    trial_steps_ms: list[float] | None = None  # every timed step, after the untimed ones (`hpo.verify.steady`)
     peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
     observed: dict = field(default_factory=dict)
     probe_s: float = 0.0
@@ -30,6 +31,9 @@ class ProbeResult:
     # A timed probe's `slow` verdict at the trial's batch size, apart from `verdict`: compatibility
     # holds at every batch size, speed is judged per batch size (`hpo.verify.cache.speed_key`).
     slow: Verdict | None = None
+    # Why a timed probe gave no `slow` verdict although its steps were over the limit: the
+    # reference's own steps varied too much to judge (`hpo.verify.speed.SlowProof`).
+    slow_not_judged: str | None = None
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.
     model: AssembledModel | None = field(default=None, repr=False, compare=False)
@@ -50,15 +54,19 @@ class ProbeResult:
         if self.trial_step_ms is None or not self.ok:
             return None
         verdict = self.slow or Verdict(Kind.OK)
-        return speed_fact(verdict, self.slowdown, self.trial_step_ms, batch_size)
+        return speed_fact(verdict, self.slowdown, self.trial_step_ms, batch_size, self.trial_steps_ms)
 
 
-def speed_fact(verdict: Verdict, slowdown: float | None, step_ms: float, batch_size: int) -> dict:
+def speed_fact(
+    verdict: Verdict, slowdown: float | None, step_ms: float, batch_size: int, steps_ms: list[float] | None = None
+) -> dict:
+    """A speed fact; `steps_ms` are the timed steps `step_ms` is the fastest of, when known."""
     return {
         "verdict": str(verdict),
         "implicates": verdict.implicated_record(),
         "slowdown": slowdown,
         "trial_step_ms": step_ms,
+        "trial_steps_ms": steps_ms,
         "batch_size": batch_size,
     }
 

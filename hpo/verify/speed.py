@@ -8,80 +8,115 @@ the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and onl
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
 first measurement was noise (a busy machine) and nothing is cached. Each timing is paired with a
 reference step timed just before it, in three rounds (the fastest of each side), so neither a machine
-busier than when the reference was first timed nor a burst of load makes a value look slow.
+busier than when the reference was first timed nor a burst of load makes a value look slow. Every
+timing is a steady one (`hpo.verify.steady`): untimed steps at the timed shape first, then repeats.
+When the reference's own steady steps disagree by more than MAX_REFERENCE_SPREAD, this machine
+cannot tell a slow value from its own noise: nothing is judged, and the proof says why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import run_step
-from hpo.hardware.runtime import seed_everything, synchronize
+from hpo.hardware.runtime import seed_everything
 from hpo.verdicts import Verdict
 from hpo.verify.blame import isolate
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
+from hpo.verify.steady import DEFAULT_POLICY, StepTimes, TimingPolicy, time_model
 from hpo.workloads.base import Batch, Workload
 
-__all__ = ["fastest_step_ms", "prove_slow", "time_knobs"]
+__all__ = ["MAX_REFERENCE_SPREAD", "SlowProof", "prove_slow", "time_knobs"]
 
-TIMED_STEPS = 2  # the fastest of two warm steps: noise only ever adds time
 # Rounds of (reference, knobs) timings a subset must be slow in, each against the fastest of all so
 # far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing.
 PROOF_ROUNDS = 3
+# A reference whose steady steps spread wider than this is too noisy to judge a slowdown against.
+MAX_REFERENCE_SPREAD = 0.25
 
 
-def fastest_step_ms(assembled: AssembledModel, batch: Batch, steps: int, budget_ms: float) -> float:
-    """Fastest of a few warm steps (noise only ever adds time); stops early once a step exceeds
-    `budget_ms`, since one warm step that slow is proof enough."""
-    moved = assembled.move(batch)
-    times = []
-    for step in range(1, steps + 1):
-        synchronize(assembled.device)
-        start = time.perf_counter()
-        run_step(assembled, moved, step)
-        synchronize(assembled.device)
-        times.append(1000 * (time.perf_counter() - start))
-        if times[-1] > budget_ms:
-            break
-    return min(times)
+@dataclass(frozen=True)
+class SlowProof:
+    """What the proof found: the `slow` verdict of the values slow on their own, or none; and when
+    nothing could be judged, why (`not_judged`)."""
+
+    verdict: Verdict | None = None
+    not_judged: str | None = None
+
+
+class _NotJudged(Exception):
+    pass
 
 
 def time_knobs(
-    workload: Workload, config: TrialConfig, knobs: Knobs, device: torch.device, batch: Batch, budget_ms: float
-) -> float:
-    """The fastest warm step of a fresh model under `knobs` at the trial's batch. One untimed step
-    first: it compiles, creates the optimizer's state and faults the step's memory in."""
+    workload: Workload,
+    config: TrialConfig,
+    knobs: Knobs,
+    device: torch.device,
+    batch: Batch,
+    policy: TimingPolicy = DEFAULT_POLICY,
+) -> StepTimes:
+    """The steady steps of a fresh model under `knobs` at the trial's batch."""
+    with _built(workload, config, knobs, device) as assembled:
+        return time_model(assembled, batch, policy)
+
+
+@contextmanager
+def _built(workload: Workload, config: TrialConfig, knobs: Knobs, device: torch.device) -> Iterator[AssembledModel]:
     seed_everything(config.seed)
-    assembled = AssembledModel(workload, knobs, config.training, device)
-    assembled.model.eval()  # as the probe times: no recompile for train mode mid-measurement
-    run_step(assembled, assembled.move(batch), 0)
-    return fastest_step_ms(assembled, batch, TIMED_STEPS, budget_ms)
+    yield AssembledModel(workload, knobs, config.training, device)
 
 
-def prove_slow(workload: Workload, config: TrialConfig, device: torch.device, limit: SlowLimit) -> Verdict | None:
+def prove_slow(
+    workload: Workload, config: TrialConfig, device: torch.device, limit: SlowLimit, policy: TimingPolicy = DEFAULT_POLICY
+) -> SlowProof:
     """The `slow` verdict of the smallest subset of the trial's knobs that is slow on its own at the
-    trial's batch size; None when not even the whole combination is slow when timed again.
+    trial's batch size; no verdict when not even the whole combination is slow when timed again, or
+    when the reference's own steps vary too much to judge (`not_judged` says by how much).
 
     Each subset is compared with the reference timed just before it, in `PROOF_ROUNDS` rounds, not
     with `limit`'s stored reference time: that was measured at another moment, and a machine busier
     now than then (another worker, another job) would make every subset look slow, and the first
-    one tried be cached as slow for the whole study."""
+    one tried be cached as slow for the whole study. The reference's model is built once; each
+    subset's once, for its rounds."""
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
+    with _built(workload, config, REFERENCE_KNOBS, device) as reference:
 
-    def slow(knobs: Knobs) -> Verdict | None:
-        reference_ms = knobs_ms = math.inf
-        for _ in range(PROOF_ROUNDS):  # a burst of load must slow every round of the knobs to count
-            reference_ms = min(reference_ms, time_knobs(workload, config, REFERENCE_KNOBS, device, batch, math.inf))
-            knobs_ms = min(knobs_ms, time_knobs(workload, config, knobs, device, batch, reference_ms * limit.ratio))
-            if knobs_ms <= reference_ms * limit.ratio:
-                return None
-        return dataclasses.replace(limit, reference_ms=reference_ms).verdict(knobs, knobs_ms)
+        def slow(knobs: Knobs) -> Verdict | None:
+            with _built(workload, config, knobs, device) as assembled:
+                return _slow_in_every_round(reference, assembled, batch, knobs, limit, policy)
 
-    return isolate(config.knobs, slow)
+        try:
+            return SlowProof(isolate(config.knobs, slow))
+        except _NotJudged as exc:
+            return SlowProof(None, str(exc))
+
+
+def _slow_in_every_round(
+    reference: AssembledModel, assembled: AssembledModel, batch: Batch, knobs: Knobs, limit: SlowLimit, policy: TimingPolicy
+) -> Verdict | None:
+    reference_steps: list[float] = []
+    knobs_ms = math.inf
+    for _ in range(PROOF_ROUNDS):  # a burst of load must slow every round of the knobs to count
+        reference_steps += time_model(reference, batch, policy).times_ms
+        knobs_ms = min(knobs_ms, time_model(assembled, batch, policy).best_ms)
+        if knobs_ms <= min(reference_steps) * limit.ratio:
+            return None
+    # Slow in every round. Judged only if the reference's own steps, all rounds together, held
+    # still: where even its fastest steps disagree widely, the knobs' may be slowed by the same noise.
+    timed = StepTimes(tuple(reference_steps), policy.warmup_steps, policy.window)
+    if timed.spread > MAX_REFERENCE_SPREAD:
+        raise _NotJudged(f"reference spread {timed.spread:.0%} (over {MAX_REFERENCE_SPREAD:.0%}; steps {_ms(timed)})")
+    return dataclasses.replace(limit, reference_ms=timed.best_ms).verdict(knobs, knobs_ms)
+
+
+def _ms(timed: StepTimes) -> str:
+    return ", ".join(f"{t:.0f}" for t in timed.times_ms) + " ms"

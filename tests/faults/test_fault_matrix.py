@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from builtin_tiny import TINY_OPTIONS, builtin_config
 from conftest import toy_config
+from contracts.fakes.cudnn_rnn import patched_lstm
 
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import TrialError
@@ -121,3 +123,16 @@ def test_verdict_facts_never_overwrite_each_other(tmp_path):
         VERDICT_PREFIX + "k": {"verdict": "ok"},
         VERDICT_PREFIX + speed_key("k", 8): {"verdict": "slow: 9.0x"},
     }
+
+
+@pytest.mark.parametrize("name", sorted(TINY_OPTIONS))
+def test_a_module_whose_backward_needs_train_mode_trains_in_every_builtin_workload(name, tmp_path, monkeypatch):
+    """cuDNN's RNN refuses a backward whose forward ran in eval mode (on an H200 the CNN-LSTM's
+    probe crashed 18 of 18 combinations): with an LSTM as strict, every built-in workload's trial
+    is probed and trains, and nothing is cached against its knobs."""
+    patched_lstm(monkeypatch)
+    config, verdicts = builtin_config(name, tmp_path, TRIAL_KNOBS), MemoryVerdicts()
+    outcome = execute(config, verdicts)
+    assert outcome.ok, outcome.verdict
+    assert outcome.attrs["probe_cached"] is False and outcome.attrs["steps_run"] == 2
+    assert non_ok_records(verdicts) == {}

@@ -138,18 +138,17 @@ def test_the_probe_compares_a_few_samples_and_times_the_reference_once_per_study
 
     seen, verdicts = _forwards(monkeypatch), MemoryVerdicts()
     assert execute(_config(), verdicts).ok
-    probe = [f for f in seen if not f[1]]  # the probe runs in eval mode, training in train mode
+    assert all(training for _, training in seen)  # the probe runs in train mode, the mode training runs in
     reference = verdicts.get(reference_key(_config(), resolve_device("cpu")))
     timed = reference["timed_steps_ms"]
     assert 1 <= len(timed) <= MAX_STEPS and reference["step_ms"] == min(timed)
-    # Reference and trial compared on PROBE_SAMPLES samples; the reference timed at the real batch.
-    assert probe == [(PROBE_SAMPLES, False)] * 2 + [(16, False)] * len(timed)
-    # The 12 training steps (then one more forward: counting the model's FLOPs, once per study).
-    assert [f for f in seen if f[1]][:12] == [(16, True)] * 12
+    # Reference and trial compared on PROBE_SAMPLES samples; the reference timed at the real batch;
+    # then the 12 training steps (then one more forward: counting the model's FLOPs, once per study).
+    assert [size for size, _ in seen][: 2 + len(timed) + 12] == [PROBE_SAMPLES] * 2 + [16] * (len(timed) + 12)
     seen.clear()
     other = dataclasses.replace(_config(), knobs=Knobs(precision="bf16", attention="eager", optimizer="forloop"))
     assert execute(other, verdicts).ok
-    assert [f for f in seen if not f[1]] == [(PROBE_SAMPLES, False)] * 2  # reference time cached: no timing
+    assert [size for size, _ in seen][:14] == [PROBE_SAMPLES] * 2 + [16] * 12  # reference time cached: no timing
 
 
 def _slow_foreach_steps(monkeypatch) -> None:
@@ -166,17 +165,25 @@ def _slow_foreach_steps(monkeypatch) -> None:
 
 
 def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and_never_trained_again(monkeypatch):
+    from hpo.trial import trainer
     from hpo.trial.trainer import SLOW_CHECK_STEPS
     from hpo.verdicts import Kind
 
     config, verdicts = dataclasses.replace(_config(), skip_slow=True), MemoryVerdicts()
     _slow_foreach_steps(monkeypatch)
     seen = _forwards(monkeypatch)
+    trained, step = [], trainer._step  # the training loop's steps (the probe's and the proof's are in train mode too)
+
+    def counted(assembled, batch, index):
+        trained.append((len(batch["tokens"]), assembled.model.training))
+        return step(assembled, batch, index)
+
+    monkeypatch.setattr(trainer, "_step", counted)
     slow = execute(config, verdicts)
     assert slow.verdict.kind is Kind.SLOW and slow.values is None
     assert slow.attrs["slowdown"] > config.slow_ratio
     # The profiled evidence step, then the steady steps the check judges: no more.
-    assert [f for f in seen if f[1]] == [(16, True)] * (1 + SLOW_CHECK_STEPS)
+    assert trained == [(16, True)] * (1 + SLOW_CHECK_STEPS)
     assert slow.attrs["knobs_observed"]["optimizer"] == "foreach"  # observed in training before the check
     # Timed beside the reference, foreach alone is slow: only it (at this batch size) is implicated.
     assert slow.attrs["verdict_implicates"] == [["batch_size", 16], ["optimizer", "foreach"]], slow.attrs
@@ -194,12 +201,14 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
     import hpo.trial.slowdown as slowdown
     from hpo.hardware.runtime import resolve_device
     from hpo.verify.cache import reference_key
+    from hpo.verify.speed import SlowProof
 
     plain_config = _config(dropout=0.3)  # dropout on: any leftover weights, optimizer state or RNG shows
     config, verdicts = dataclasses.replace(plain_config, skip_slow=True), MemoryVerdicts()
     verdicts.put(reference_key(config, resolve_device(config.device)), {"step_ms": 1e-3})
     retimed = []
-    monkeypatch.setattr(slowdown, "prove_slow", lambda *args: retimed.append(args) or None)  # timed again: not slow
+    timed_again = lambda *args: retimed.append(args) or SlowProof()  # timed again: not slow
+    monkeypatch.setattr(slowdown, "prove_slow", timed_again)
     outcome = execute(config, verdicts)
     assert len(retimed) == 1 and str(outcome.verdict) == "ok"
     assert outcome.attrs["slow_not_confirmed"].endswith("limit 5.0x)"), outcome.attrs["slow_not_confirmed"]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from hf_fixtures import write_rows
+from hf_fixtures import TEXT, tiny_gpt2, write_rows
 from torch.profiler import ProfilerActivity, profile
 
 from hpo.errors import KnobUnavailable, UserInputError
@@ -12,24 +12,6 @@ from hpo.knobs.attention import pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
 from hpo.workloads import hf_causal_lm
 from hpo.workloads.registry import create_workload, parse_options
-
-TEXT = "def add(a, b):\n    return a + b\n\nclass Point:\n    x: int = 0\n    y: int = 0\n" * 40
-
-
-def tiny_gpt2(folder, text: str):
-    """A random 2-layer GPT-2 with a word-level tokenizer built from `text`, saved locally."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    words = sorted(set(text.split()))
-    vocab = {w: i for i, w in enumerate(["<eos>", "<unk>", *words])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<unk>", pad_token="<eos>")
-    config = GPT2Config(vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

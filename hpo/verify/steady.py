@@ -1,0 +1,123 @@
+"""Steady-state step timing: the one warm-up and repeat policy behind every step time that becomes
+a verdict or a ranking (`hpo probe` and the Lightning path's probe, the slow proof, probe_first's
+sweep and its re-timing).
+
+A first call is not a speed. cuDNN attention builds and caches an execution plan per shape, dtype
+and thread (`aten/src/ATen/native/cudnn/MHA.cpp`), a compiled model compiles on its first call, an
+optimizer creates its state on its first step, and on CPU the first full-batch steps fault their
+memory in. On an H200 a first call timed as the speed made bf16 `sdpa_cudnn` read 120-293 samples/s
+in the probe against 4470 in training. So, as the tools that time kernels and steps for a living do:
+- untimed steps first, at exactly the timed shape, dtype and mode (DeepSpeed autotuning times
+  steps 3-5; NeMo's AutoConfigurator drops the first 5 step times; triton's `do_bench` warms up
+  for 25 ms; nanoGPT's bench burns in 10 steps);
+- then timed steps, repeated until the fastest `window` of them agree within `steady_spread`, or a
+  cap (`max_repeats`, `max_timed_s`) is reached: never stopped early by one slow step.
+
+Noise on a shared machine only ever adds time, so the fastest steps are the steady ones, and the
+spread is taken over them: a step slowed by a neighbour's burst lengthens the timing, it does not
+become the speed. What was timed is kept whole (`StepTimes.times_ms`), so a decision made from it
+can be explained afterwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from hpo.engine.assembly import AssembledModel
+from hpo.engine.step import NonFiniteLoss, run_step
+from hpo.hardware.runtime import synchronize
+from hpo.workloads.base import Batch
+
+__all__ = ["DEFAULT_POLICY", "StepTimes", "TimingPolicy", "time_model", "time_steps", "timed_step"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingPolicy:
+    """How a step is timed. The defaults cost 1 + 3 steps where the machine is steady, and at most
+    1 + 10 where it is not."""
+
+    warmup_steps: int = 1  # untimed, at the timed shape, dtype and mode
+    min_repeats: int = 3
+    max_repeats: int = 10
+    window: int = 3  # the fastest steps whose spread decides whether the timing is steady
+    steady_spread: float = 0.10  # (slowest - fastest) / fastest of the window
+    max_timed_s: float = 3.0  # no more repeats past this much timed time (a truly slow step)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.window <= self.min_repeats <= self.max_repeats:
+            raise ValueError(
+                f"TimingPolicy: 1 <= window <= min_repeats <= max_repeats must hold, got "
+                f"window={self.window}, min_repeats={self.min_repeats}, max_repeats={self.max_repeats}"
+            )
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_POLICY = TimingPolicy()
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """The timed steps (ms, in the order run), after `warmup_steps` untimed ones."""
+
+    times_ms: tuple[float, ...]
+    warmup_steps: int
+    window: int = DEFAULT_POLICY.window
+
+    @property
+    def best_ms(self) -> float:
+        return min(self.times_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / fastest of the `window` fastest steps."""
+        fastest = sorted(self.times_ms)[: self.window]
+        return (fastest[-1] - fastest[0]) / fastest[0] if fastest[0] > 0 else 0.0
+
+    def record(self) -> dict:
+        return {"times_ms": list(self.times_ms), "warmup_steps": self.warmup_steps, "spread": self.spread}
+
+
+def time_steps(step: Callable[[], None], device: torch.device, policy: TimingPolicy = DEFAULT_POLICY) -> StepTimes:
+    """Time `step` (one whole training step) under `policy`: its untimed steps, then repeats."""
+    for _ in range(policy.warmup_steps):
+        step()
+    times: list[float] = []
+    while len(times) < policy.max_repeats:
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(1000 * (time.perf_counter() - start))
+        timed = StepTimes(tuple(times), policy.warmup_steps, policy.window)
+        if len(times) >= policy.min_repeats and (timed.spread <= policy.steady_spread or sum(times) >= 1000 * policy.max_timed_s):
+            break
+    return StepTimes(tuple(times), policy.warmup_steps, policy.window)
+
+
+def time_model(assembled: AssembledModel, batch: Batch, policy: TimingPolicy = DEFAULT_POLICY) -> StepTimes:
+    """The training steps of `assembled` on `batch` (updates included), in train mode, as it trains."""
+    moved = assembled.move(batch)
+    assembled.model.train()
+    counter = iter(range(1, 1_000_000))
+    return time_steps(lambda: timed_step(assembled, moved, next(counter)), assembled.device, policy)
+
+
+def timed_step(assembled: AssembledModel, batch: Batch, step: int) -> None:
+    """One training step whose time is wanted, not its loss: a non-finite loss skips the update as
+    training would, and is not raised. Whether the knobs diverge is training's to judge, at the
+    trial's own steps; timed steps repeat one batch at the study's learning rate."""
+    try:
+        run_step(assembled, batch, step)
+    except NonFiniteLoss:
+        pass

@@ -1,0 +1,83 @@
+"""The probe verifies the step that training runs: its compared steps (reference and trial) run in
+train mode, with every dropout probability 0 for them (`hpo.verify.dropout_off`), so a module whose
+backward needs train mode (cuDNN's RNN) works, and the comparison stays deterministic for every
+built-in workload, each with its dropouts turned up."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from builtin_tiny import TINY_OPTIONS, builtin_config
+from contracts.fakes.cudnn_rnn import CUDNN_RNN_EVAL_BACKWARD, CudnnLikeLSTM, patched_lstm
+
+from hpo.config.trial import Knobs
+from hpo.engine.assembly import AssembledModel
+from hpo.verify.compared_step import loss_and_grads
+from hpo.verify.dropout_off import _dropout_settings
+from hpo.verify.probe import run_probe
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.workloads.registry import BUILTIN_WORKLOADS, create_workload
+
+CPU = torch.device("cpu")
+TRIAL_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")
+
+
+def test_every_builtin_workload_is_covered():
+    assert set(TINY_OPTIONS) == set(BUILTIN_WORKLOADS)
+
+
+def test_the_fake_lstm_refuses_what_cudnn_refuses():
+    lstm = CudnnLikeLSTM(3, 4, batch_first=True)
+    lstm.eval()
+    out, _ = lstm(torch.randn(2, 5, 3))
+    with pytest.raises(RuntimeError, match=CUDNN_RNN_EVAL_BACKWARD):
+        out.sum().backward()
+    lstm.train()
+    out, _ = lstm(torch.randn(2, 5, 3))
+    out.sum().backward()  # train mode: its backward runs
+    assert lstm.weight_ih_l0.grad is not None
+
+
+def _workload(name: str, folder, knobs: Knobs = TRIAL_KNOBS):
+    config = builtin_config(name, folder, knobs)
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    return workload, config
+
+
+@pytest.mark.parametrize("name", sorted(TINY_OPTIONS))
+def test_the_compared_step_runs_in_train_mode_and_draws_no_dropout(name, tmp_path):
+    workload, config = _workload(name, tmp_path)
+    assembled = AssembledModel(workload, REFERENCE_KNOBS, config.training, CPU)
+    assert _dropout_settings(assembled.model), "the test needs a model with dropout to mean anything"
+    batch = assembled.move(next(workload.train_batches(4, config.seed)))
+    modes = []
+    for module in assembled.model.modules():  # a LightningModule's loss calls its submodules, not itself
+        module.register_forward_hook(lambda module, args, out: modes.append(module.training))
+    runs = []
+    for seed in (1, 2):  # different random streams: dropout, if it drew, would differ
+        torch.manual_seed(seed)
+        assembled.model.zero_grad(set_to_none=True)
+        runs.append(loss_and_grads(assembled, batch))
+    assert modes and all(modes)  # every module ran in the mode training runs in
+    (loss_1, grads_1), (loss_2, grads_2) = runs
+    assert loss_1 == loss_2
+    assert all(torch.equal(a, b) for a, b in zip(grads_1, grads_2, strict=True))
+    # The probabilities are back for training.
+    assert all(getattr(owner, attr) == value for owner, attr, value in _dropout_settings(assembled.model))
+    assert _dropout_settings(assembled.model)
+
+
+@pytest.mark.parametrize("name", sorted(TINY_OPTIONS))
+def test_every_builtin_workload_passes_the_probe_with_an_lstm_as_strict_as_cudnns(name, tmp_path, monkeypatch):
+    patched_lstm(monkeypatch)
+    workload, config = _workload(name, tmp_path)
+    if name == "timeseries_classification":  # the CNN-LSTM: the fake is what it builds
+        assert isinstance(workload.build_model("eager").lstm, CudnnLikeLSTM)
+    result = run_probe(workload, config, CPU, keep_model=True, timed=False)
+    assert str(result.verdict) == "ok", result
+    assert result.loss_rel_err is not None and result.loss_rel_err < 1e-3
+    # The handed-on model is in train mode with its dropout back, ready to train.
+    model = result.model.model
+    probabilities = [(name, value) for _, name, value in _dropout_settings(model)]
+    assert model.training and probabilities == [(n, v) for _, n, v in _dropout_settings(workload.build_model("sdpa"))]
