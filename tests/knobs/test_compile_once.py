@@ -7,7 +7,6 @@ again in train mode: two graphs and two compile times for one trial.
 
 from __future__ import annotations
 
-import pytest
 import torch
 from conftest import toy_config
 
@@ -44,11 +43,6 @@ def test_a_model_stepped_in_train_mode_trains_on_the_graphs_of_its_first_compile
     assert assembled.graphs.train_graphs == first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the probe's compared step runs in eval mode until helper probe's train-mode probe (issue 30 item 1) "
-    "merges; then this passes and the mark must go",
-)
 def test_probe_and_training_compile_once_in_train_mode():
     config = toy_config(KNOBS, max_steps=6, eval_every=100)
     result = run_probe(create_workload(config.workload, config.workload_options), config, CPU, keep_model=True, timed=False)

@@ -1,7 +1,7 @@
 """A `slow` verdict needs the knobs slow against the reference in every round of the proof
 (`hpo.verify.speed.PROOF_ROUNDS`): a burst of load in one round, or a quiet round among slow ones,
-proves nothing. Timings are injected (`time_knobs` returns scripted step times), so each case is
-deterministic, whatever the machine's load."""
+proves nothing. Timings are injected (`time_model`, the proof's steady timing of a built model,
+returns scripted step times), so each case is deterministic, whatever the machine's load."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hpo.verdicts import Kind
 from hpo.verify import speed
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
+from hpo.verify.steady import DEFAULT_POLICY, StepTimes
 from hpo.workloads.registry import create_workload
 
 CPU = torch.device("cpu")
@@ -28,16 +29,19 @@ def _prove(monkeypatch, slow_rounds: set[int]) -> tuple[object, list[float]]:
     workload = create_workload(config.workload, config.workload_options)
     knob_times: list[float] = []
 
-    def scripted(*args, **kwargs) -> float:
-        knobs = next(a for a in (*args, *kwargs.values()) if isinstance(a, Knobs))
-        if knobs == REFERENCE_KNOBS:
-            return REFERENCE_MS
-        knob_times.append(BURST_MS if len(knob_times) in slow_rounds else QUIET_MS)
-        return knob_times[-1]
+    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+        if assembled.knobs == REFERENCE_KNOBS:
+            ms = REFERENCE_MS
+        else:
+            knob_times.append(BURST_MS if len(knob_times) in slow_rounds else QUIET_MS)
+            ms = knob_times[-1]
+        return StepTimes((ms,) * policy.window, policy.warmup_steps, policy.window)
 
-    monkeypatch.setattr(speed, "time_knobs", scripted)
+    monkeypatch.setattr(speed, "time_model", scripted)
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
-    return speed.prove_slow(workload, config, CPU, limit), knob_times
+    proof = speed.prove_slow(workload, config, CPU, limit)
+    assert proof.not_judged is None  # the scripted reference holds still: every case is judged
+    return proof.verdict, knob_times
 
 
 def test_slow_in_every_round_is_a_verdict_on_the_value_alone(monkeypatch):
