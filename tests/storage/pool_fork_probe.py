@@ -21,8 +21,9 @@ HOLD_S = 1.0
 
 
 def outsider_can_lock(path: str) -> bool:
-    """Whether another process (another open file description) could take the lock now."""
-    fd = os.open(path, os.O_RDWR)
+    """Whether another process (another open file description) could take the lock now: flock
+    conflicts between open file descriptions, so a second open in this process stands for one."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from pool_fork_probe import outsider_can_lock
 
 from hpo.errors import UserInputError
 from hpo.storage import pools
@@ -86,19 +86,6 @@ def test_processes_sharing_the_lock_file_take_turns_and_a_killed_holder_frees_it
     waiter.join()
 
 
-def _another_process_could_lock(path) -> bool:
-    """flock conflicts between open file descriptions, so a second open here stands for a process."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_two_engines_in_one_process_share_one_turn_and_one_lock(tmp_path, monkeypatch):
     """A thread holding one engine's connection asks another engine for one: it nests, as within
     one engine, rather than waiting on its own lock file (60 s, then TimeoutError before)."""
@@ -119,13 +106,13 @@ def test_two_engines_in_one_process_share_one_turn_and_one_lock(tmp_path, monkey
             assert a.execute(sa.text("SELECT 1")).scalar_one() == b.execute(sa.text("SELECT 1")).scalar_one()
             assert connections_held_by_this_process() == 2
         assert time.monotonic() - start < 1
-        assert not _another_process_could_lock(lock)  # still held: the outer connection is out
+        assert not outsider_can_lock(lock)  # still held: the outer connection is out
         waiter = threading.Thread(target=other_thread)
         waiter.start()
         assert not other_got.wait(0.3)  # another thread waits for this one, whichever engine it asks
     assert other_done.wait(5)
     waiter.join()
-    assert connections_held_by_this_process() == 0 and _another_process_could_lock(lock)
+    assert connections_held_by_this_process() == 0 and outsider_can_lock(lock)
 
 
 def test_a_forked_child_neither_shares_nor_releases_its_parents_lock(tmp_path):
