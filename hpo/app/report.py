@@ -96,7 +96,15 @@ def _figures(study: optuna.Study) -> list[str]:
     plots += _importances(study, names[0])
     if len(names) > 1 and len(trained_trials(study)) > 0:
         plots.append(vis.plot_pareto_front(_trained_study(study), target_names=names))
-    return [fig.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(plots)]
+    return [fig.to_html(full_html=False, include_plotlyjs=False) for fig in plots]
+
+
+def _plotly_js() -> str:
+    """plotly.js, inlined once so the page needs no network. Never masked: masking reads code as
+    text, and a minified name such as `relinkPrivateKeys=...` looks like a key's value to it."""
+    from plotly.offline import get_plotlyjs
+
+    return f'<script type="text/javascript">{get_plotlyjs()}</script>'
 
 
 def _effects_html(study: optuna.Study, metric: str) -> str:
@@ -154,12 +162,15 @@ def write_report(study: optuna.Study, path: Path) -> None:
     title = f"hpo study {study.study_name}"
     metric = (study.metric_names or ["objective 0"])[0]
     body = "\n".join(_figures(study))
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{STYLE}</style>"
-        f"</head><body><h1>{html.escape(title)}</h1>{body}"
+    # Everything drawn from the study is masked (a verdict or config may quote a URL); the library is not.
+    content = mask_secrets(
+        f"<h1>{html.escape(title)}</h1>{body}"
         + _section("What each knob did", _effects_html(study, metric))
         + _section("Best trial", _best_html(study))
         + _section("Trials", _trial_rows(study))
-        + "</body></html>"
     )
-    write_atomic(path, mask_secrets(page))
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{STYLE}</style>"
+        f"{_plotly_js()}</head><body>{content}</body></html>"
+    )
+    write_atomic(path, page)
