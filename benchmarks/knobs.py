@@ -25,6 +25,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.errors import UserInputError
 from hpo.hardware.probes import bf16_supported, device_model
 from hpo.hardware.runtime import resolve_device, seed_everything
+from hpo.runtime.forkserver_warmup import preload_lazy_imports
 from hpo.trial.executor import TrialOutcome, execute
 from hpo.verify.cache import MemoryVerdicts, verdict_key
 from hpo.workloads.registry import create_workload
@@ -176,7 +177,12 @@ def add_ratios(rows: dict[str, dict]) -> None:
 
 
 def measure_overhead(bench: KnobsBench, device: torch.device) -> dict:
-    """A default-knobs trial twice with one verdict store: probed, then cached."""
+    """A default-knobs trial twice with one verdict store: probed, then cached. The process first
+    imports what a worker's trial processes find imported (`preload_lazy_imports`, the forkserver's
+    warm-up), timed on its own: a fresh process's first probe would otherwise count it."""
+    start = time.perf_counter()
+    preload_lazy_imports()
+    preload_s = time.perf_counter() - start
     config = trial_config(bench, Knobs(), bench.overhead_steps, eval_every=TrainingConfig().eval_every)
     verdicts = MemoryVerdicts()
     probed, cached = execute(config, verdicts), execute(config, verdicts)
@@ -194,6 +200,7 @@ def measure_overhead(bench: KnobsBench, device: torch.device) -> dict:
     return {
         "knobs": config.knobs.as_dict(),
         "steps": bench.overhead_steps,
+        "preload_imports_s": preload_s,
         "verdict": str(probed.verdict),
         "probe_s": probed.attrs.get("probe_s"),
         "probed_trial_s": probed.attrs.get("trial_s"),

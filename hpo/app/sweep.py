@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import multiprocessing
-import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +29,7 @@ from hpo.storage.optuna_compat import rdb_backend, storage_of
 from hpo.trial.outcome import cached_verdict
 from hpo.verdicts import Verdict
 from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key, speed_key, verdict_key
-from hpo.verify.compared import ReferenceFiles
+from hpo.verify.compared import ReferenceMemory
 from hpo.verify.implied import implied_failure
 from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.probe import keep_probe, run_probe
@@ -89,8 +88,8 @@ def _probe_all(space: SearchSpace, configs: list[TrialConfig], store: VerdictSto
     device = resolve_device(configs[0].device)
     workload = create_workload(configs[0].workload, configs[0].workload_options)
     workload.bind_training(configs[0].training.params())
-    with trial_runtime(device), tempfile.TemporaryDirectory(prefix="hpo-reference-") as folder:
-        references = ReferenceFiles(folder)  # the reference's compared step runs once, not once a combination
+    with trial_runtime(device):
+        references = ReferenceMemory()  # the reference's compared step runs once, not once a combination
         for position, index in enumerate(indices):
             config = configs[index]
             try:
@@ -160,7 +159,7 @@ def _knobs(config: TrialConfig) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.knobs.as_dict().items())
 
 
-def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceFiles) -> SweepRow:
+def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceMemory) -> SweepRow:
     key, facts = verdict_key(config, device)
     batch_size = config.training.batch_size
     record, speed = store.get(key), store.get(speed_key(key, batch_size))

@@ -73,6 +73,7 @@ def run_one_trial(
     die_with_worker(conn)
     quiet_optuna()
     from hpo.study.objective import Objective  # torch and the trial stack: preloaded by the forkserver
+    from hpo.verify.compared import ReferenceFiles
 
     def started(trial_id: int) -> None:
         heartbeat.start(trial_id)
@@ -81,7 +82,9 @@ def run_one_trial(
     study, space = open_handed(open_storage(storage_url, check_schema=False), study_name, trial_id, started)
     set_sink(conn.send)  # the worker's display shows this trial's progress
     heartbeat = StartHeartbeat(study)  # this process keeps its trial alive, not the worker
-    objective = Objective(space, launched_at=launched_at, reference_dir=reference_dir, sampled_s=sampled_s)
+    # Another trial process of the worker reads what this one's probe keeps: the worker's folder.
+    references = ReferenceFiles(reference_dir) if reference_dir is not None else None
+    objective = Objective(space, launched_at=launched_at, references=references, sampled_s=sampled_s)
     study.optimize(
         heartbeat.handing_over(GuardedObjective(objective, worker=worker)),
         n_trials=1,

@@ -12,7 +12,7 @@ from hpo.reporting.progress import TrialPrinter
 from hpo.runtime.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket
 from hpo.runtime.deadline import InProcessDeadline, TrialTimeout
 from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
-from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
+from hpo.runtime.reference_folders import keeps_references
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.storage.optuna_compat import storage_of
 from hpo.storage.retry import fail_crashed_trial
@@ -27,10 +27,11 @@ class InProcessTrials:
 
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.study.objective import Objective  # imports torch
+        from hpo.verify.compared import ReferenceMemory
 
         self.study, self.space, self.tickets = study, space, tickets
-        self.references = reference_folder(space)
-        self.objective = Objective(space, reference_dir=folder_path(self.references))
+        # Every trial runs in this process: the probes' reference steps stay in its memory, no file.
+        self.objective = Objective(space, references=ReferenceMemory() if keeps_references(space) else None)
         self.notes = DashboardNotes()
         self.callbacks = [TrialPrinter(), self.notes]
         gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules
@@ -39,7 +40,7 @@ class InProcessTrials:
         self.notes.update_study_note(self.study)
 
     def close(self) -> None:
-        remove_folder(self.references)
+        self.objective.references = None  # nothing on disk: dropping the kept references frees them
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         heartbeat, deadline, bound = StartHeartbeat(self.study), InProcessDeadline(self.space.study.trial_timeout_s), []

@@ -1,4 +1,5 @@
-"""A worker's folder for its probes' reference steps (`hpo.verify.compared`), and the removal of
+"""The folder of a worker whose trials run in processes of their own, for its probes' reference
+steps (`hpo.verify.compared`; an in-process worker keeps them in memory), and the removal of
 folders whose worker died without removing its own (kill -9, the OOM killer, a node lost).
 
 The folder's name carries its owner, `hpo-reference-<host>-<pid>-<random>`, so any later worker on
@@ -15,15 +16,21 @@ from pathlib import Path
 
 from hpo.config.space import SearchSpace
 
-__all__ = ["PREFIX", "folder_path", "reference_folder", "remove_folder", "remove_orphaned_folders"]
+__all__ = ["PREFIX", "folder_path", "keeps_references", "reference_folder", "remove_folder", "remove_orphaned_folders"]
 
 PREFIX = "hpo-reference-"
 
 
+def keeps_references(space: SearchSpace) -> bool:
+    """Whether a worker keeps its probes' reference steps: not when the space fixes every systems
+    knob (each model is then probed once, and nothing would read them)."""
+    return any(len(choices) > 1 for choices in space.systems.values())
+
+
 def reference_folder(space: SearchSpace) -> tempfile.TemporaryDirectory | None:
-    """The worker's folder, removed when the worker ends; None when the space fixes every systems
-    knob: each model is then probed once, and nothing would read the files."""
-    if all(len(choices) == 1 for choices in space.systems.values()):
+    """The folder of a worker whose trials run in processes of their own (only another process
+    reads it), removed when the worker ends; None when the worker keeps no reference."""
+    if not keeps_references(space):
         return None
     return tempfile.TemporaryDirectory(prefix=f"{PREFIX}{socket.gethostname()}-{os.getpid()}-")
 

@@ -36,24 +36,24 @@ from hpo.trial.phases import Phases
 from hpo.trial.speed import workload_metric
 from hpo.verdicts import Kind
 from hpo.verify.cache import StudyVerdicts
-from hpo.verify.compared import ReferenceFiles
+from hpo.verify.compared import KeptReferences
 
 
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
-    then records its process start as the `start` phase. `reference_dir` is the worker's folder of
-    the probes' reference steps (`hpo.runtime.reference_folders.reference_folder`), if it keeps one.
+    then records its process start as the `start` phase. `references` keeps the probes' reference
+    steps for the worker's later trials (`hpo.verify.compared`), if it keeps them.
     `sampled_s` is how long its worker took to sample the trial's params, when it did."""
 
     def __init__(
         self,
         space: SearchSpace,
         launched_at: float | None = None,
-        reference_dir: str | None = None,
+        references: KeptReferences | None = None,
         sampled_s: float | None = None,
     ):
         self.space, self.launched_at, self.sampled_s = space, launched_at, sampled_s
-        self.references = ReferenceFiles(reference_dir) if reference_dir is not None else None
+        self.references = references
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
         phases = Phases()

@@ -29,7 +29,7 @@ from hpo.trial.speed import objective_values, speed_attrs
 from hpo.trial.trainer import EvalCallback, TooSlow, TrainResult, train
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import VerdictStore
-from hpo.verify.compared import ReferenceFiles
+from hpo.verify.compared import KeptReferences
 from hpo.verify.probe import run_probe
 from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.slow import SlowLimit
@@ -43,7 +43,7 @@ def execute(
     verdicts: VerdictStore,
     on_eval: EvalCallback | None = None,
     phases: Phases | None = None,
-    references: ReferenceFiles | None = None,
+    references: KeptReferences | None = None,
 ) -> TrialOutcome:
     """Verify the knobs (a cached verdict, or the probe), train, and say what ran. A knob verdict,
     divergence, OOM or pruning is the outcome; any other failure raises TrialError.

@@ -15,7 +15,7 @@ from hpo.records import RecordKey
 from hpo.trial.phases import Phases
 from hpo.trial.trainer import EvalCallback, TrainResult
 from hpo.verify.cache import VerdictStore, verdict_key
-from hpo.verify.compared import ReferenceFiles
+from hpo.verify.compared import KeptReferences
 from hpo.verify.slow import SlowLimit
 from hpo.workloads.base import Workload
 
@@ -30,7 +30,7 @@ class TrialRun:
     verdicts: VerdictStore
     on_eval: EvalCallback | None
     phases: Phases
-    references: ReferenceFiles | None
+    references: KeptReferences | None
     device: torch.device = field(init=False)
     key: str = field(init=False)  # the knob verdict's key in the cache
     facts: dict = field(init=False)  # what the key hashes

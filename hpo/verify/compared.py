@@ -7,9 +7,13 @@ samples, never on the trial's knobs. So a probe of a second knob combination nee
 reference and run its step again: it reads them from the `ReferenceFiles` of its worker, written by
 the first probe.
 
-They are files, not memory: each trial runs in its own process (`hpo.runtime.child_trials`), and a
-trial's resident set is its recorded peak memory. The trial memory-maps them, reads them once in
-the comparison and drops them when the probe ends.
+They go to disk only when another process will read them. A worker whose trials each run in a
+process of their own (`hpo.runtime.child_trials`) keeps them as files (`ReferenceFiles`): the trial
+memory-maps them, reads them once in the comparison and drops them when the probe ends. Trials that
+share one process (`hpo worker --in-process`, `hpo probe`'s sweep) keep them in that process's
+memory (`ReferenceMemory`), on the host: nothing is written or read back. On a CPU device the kept
+copy (the gradients and initial weights, twice the parameters) is part of the process's resident
+set, which a later in-process trial's peak memory then includes.
 
 The key leaves out the training hyperparameters (learning rate, weight decay...) only for a
 workload that declares its model and loss do not read them (`Workload.model_reads_hparams`).
@@ -34,7 +38,7 @@ from hpo.workloads.base import Workload
 
 _log = get_logger(__name__)
 
-__all__ = ["ComparedReference", "ReferenceFiles", "compared_key"]
+__all__ = ["ComparedReference", "KeptReferences", "ReferenceFiles", "ReferenceMemory", "compared_key"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,15 @@ class ComparedReference:
     loss: float
     grads: list[torch.Tensor]
     initial: dict[str, torch.Tensor]
+
+    def on_host(self) -> ComparedReference:
+        """A copy on the host, sharing no storage with the probe's tensors: `initial` holds the
+        reference's own parameters, which its timing updates after it is kept."""
+        return ComparedReference(
+            self.loss,
+            [g.detach().to("cpu", copy=True) for g in self.grads],
+            {k: v.detach().to("cpu", copy=True) for k, v in self.initial.items()},
+        )
 
     def to(self, device: torch.device) -> ComparedReference:
         if device.type == "cpu":
@@ -110,3 +123,22 @@ class ReferenceFiles:
             _log.warning(f"hpo: the probe's reference step was not kept in {self.directory} ({exc}); later probes run it again")
             return False
         return True
+
+
+class ReferenceMemory:
+    """The compared references of the probes that share this process, kept on the host (a GPU's
+    memory is the next trial's); the same interface as `ReferenceFiles`, with nothing on disk."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, ComparedReference] = {}
+
+    def get(self, key: str, device: torch.device) -> ComparedReference | None:
+        kept = self._kept.get(key)
+        return None if kept is None else kept.to(device)
+
+    def put(self, key: str, reference: ComparedReference) -> bool:
+        self._kept[key] = reference.on_host()
+        return True
+
+
+KeptReferences = ReferenceFiles | ReferenceMemory  # where a worker's probes keep their references

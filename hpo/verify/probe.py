@@ -41,7 +41,7 @@ from hpo.engine.flops import counting_flops
 from hpo.hardware.memory import resident_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
-from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
+from hpo.verify.compared import ComparedReference, KeptReferences, compared_key
 from hpo.verify.compared_step import ComparedSteps, loss_and_grads
 from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.reference import time_reference
@@ -64,7 +64,7 @@ def run_probe(
     store: VerdictStore | None = None,
     keep_model: bool = False,
     timed: bool = True,
-    references: ReferenceFiles | None = None,
+    references: KeptReferences | None = None,
 ) -> ProbeResult:
     """Probe the trial's knobs. `store` keeps the reference's step time between probes;
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);

@@ -172,13 +172,13 @@ def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and
     config, verdicts = dataclasses.replace(_config(), skip_slow=True), MemoryVerdicts()
     _slow_foreach_steps(monkeypatch)
     seen = _forwards(monkeypatch)
-    trained, step = [], trainer._step  # the training loop's steps (the probe's and the proof's are in train mode too)
+    trained, step = [], trainer.run_step  # the training loop's steps (the probe's and the proof's are in train mode too)
 
     def counted(assembled, batch, index):
         trained.append((len(batch["tokens"]), assembled.model.training))
         return step(assembled, batch, index)
 
-    monkeypatch.setattr(trainer, "_step", counted)
+    monkeypatch.setattr(trainer, "run_step", counted)
     slow = execute(config, verdicts)
     assert slow.verdict.kind is Kind.SLOW and slow.values is None
     assert slow.attrs["slowdown"] > config.slow_ratio

@@ -13,7 +13,7 @@ import hpo.verify.compared_step as compared_step_module
 import hpo.verify.probe as probe_module
 from hpo.config.trial import Knobs
 from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.compared import ComparedReference, ReferenceFiles, compared_key
+from hpo.verify.compared import ComparedReference, ReferenceFiles, ReferenceMemory, compared_key
 from hpo.verify.probe import run_probe
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.workloads.registry import create_workload
@@ -61,6 +61,21 @@ def test_a_later_probe_reads_the_reference_and_builds_only_the_trial(tmp_path, r
     alone = probe(config_for(BF16_FOREACH), MemoryVerdicts())
     assert (later.verdict, later.loss_rel_err, later.grad_rel_err) == (alone.verdict, alone.loss_rel_err, alone.grad_rel_err)
     assert later.loss_rel_err > 0  # bf16 really differs from the fp32 reference it was compared with
+
+
+def test_in_memory_the_reference_is_kept_as_it_was_before_its_timing(reference_builds):
+    """Trials that share a process keep the reference in memory: the same comparison as a probe
+    that runs its own reference, though the first probe's timing updated the reference's own
+    parameters (its initial weights) after it was kept."""
+    verdicts, memory = MemoryVerdicts(), ReferenceMemory()
+    first = probe(config_for(SDPA_FUSED), verdicts, memory)
+    assert first.ok and not first.reference_reused and first.reference_step_ms is not None  # it was timed
+    reference_builds.clear()
+    later = probe(config_for(BF16_FOREACH, lr=1e-4), verdicts, memory)
+    assert later.reference_reused
+    assert reference_builds == [BF16_FOREACH]
+    alone = probe(config_for(BF16_FOREACH), MemoryVerdicts())
+    assert (later.verdict, later.loss_rel_err, later.grad_rel_err) == (alone.verdict, alone.loss_rel_err, alone.grad_rel_err)
 
 
 def test_a_reference_still_to_be_timed_runs_its_own_step(tmp_path, reference_builds):
