@@ -10,12 +10,15 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
+import tempfile
 
 import sqlalchemy.engine
 import sqlalchemy.exc
 
 from hpo.config.space import SearchSpace
+from hpo.errors import UserInputError
 from hpo.runtime.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.runtime.placement import default_workers
 from hpo.storage.pools import share_connection_with_children
@@ -52,10 +55,47 @@ def start_forkserver(space: SearchSpace, storage_url: str) -> multiprocessing.co
     # The study's workload reaches the warm-up through the forkserver's environment, and only its.
     os.environ[WARMUP_ENV] = warmup_env(space)
     try:
+        short_socket_folder()
         multiprocessing.forkserver.ensure_running()
     finally:
         del os.environ[WARMUP_ENV]
     return context
+
+
+# The forkserver listens on a Unix socket at <temp>/pymp-XXXXXXXX/listener-XXXXXXXX
+# (multiprocessing.connection.arbitrary_address): 32 characters after the temporary folder, whose
+# whole path must fit sun_path (108 bytes on Linux, 104 on macOS) or bind() fails.
+SOCKET_PATH_MAX = 104
+_SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+_SHORT_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
+
+
+def short_socket_folder() -> str:
+    """Create multiprocessing's temporary folder of this process, which holds the forkserver's
+    socket, in a folder short enough for a socket path when the user's TMPDIR is too long for one
+    (CPython 3.11 would fail in bind() with "AF_UNIX path too long"), and return it. Only that
+    folder moves: hpo's own temporary files stay under the user's TMPDIR."""
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + _SOCKET_SUFFIX > SOCKET_PATH_MAX:
+        short = next((f for f in _SHORT_FOLDERS if _fits(f)), None)
+        if short is not None:
+            # get_temp_dir() creates the folder once a process, under tempfile.tempdir (public).
+            tempfile.tempdir = short
+            try:
+                multiprocessing.util.get_temp_dir()
+            finally:
+                tempfile.tempdir = base
+    folder = multiprocessing.util.get_temp_dir()
+    if len(os.fsencode(folder)) + len("/listener-XXXXXXXX") > SOCKET_PATH_MAX:
+        raise UserInputError(
+            f"the forkserver's socket path must fit {SOCKET_PATH_MAX} bytes, but its folder {folder!r} is "
+            f"{len(os.fsencode(folder))} bytes long: set TMPDIR to a shorter folder or make /tmp writable"
+        )
+    return folder
+
+
+def _fits(folder: str) -> bool:
+    return len(os.fsencode(folder)) + _SOCKET_SUFFIX <= SOCKET_PATH_MAX and os.access(folder, os.W_OK | os.X_OK)
 
 
 def start_early(space: SearchSpace, storage_url: str, workers: int | None, isolate: bool) -> None:
