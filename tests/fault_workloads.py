@@ -2,9 +2,10 @@
 (`tests/faults/test_fault_matrix.py`): `fault_workloads:Faulty` with `fault` set to
 
 - `loss_in_probe`: the loss raises in the probe's compared step (call 0, the reference's), a workload bug;
-- `loss_in_training`: the loss raises in training, a workload bug: on the trial's model (its attention
-  is not the reference's eager) and a full batch; the probe's compared steps, in train mode like
-  training's, run on PROBE_SAMPLES samples;
+- `loss_in_training`: the loss raises in training, a workload bug: only when the training loop
+  (`hpo.trial.trainer`) computes it. The probe's steps run in train mode like training's, and its
+  reference timing runs eager fp32 at the full batch, as a study's eager trial trains: neither the
+  mode, the batch nor the model tells them apart, only the caller;
 - `data`: the training batches raise at batch `at_batch` (0: in the probe's own fetch);
 - `under_bf16`: the loss raises only under bf16 autocast, with a message no upstream contract names,
   so only a differential run can blame bf16;
@@ -20,12 +21,12 @@ NaN is the toy's own `nan_at_step`; a hang is `crashy_workloads`' `misbehave: ha
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-from hpo.verify.probe import PROBE_SAMPLES
 from hpo.workloads.base import Batch
 from toy_workloads import Toy, ToyOptions
 
@@ -39,8 +40,18 @@ class FaultyOptions(ToyOptions):
     sticky_attention: str = "sdpa"
 
 
+TRAINING_LOOP = "hpo.trial.trainer"
 STICKY = "CUDA error: an illegal memory access was encountered"
 _poisoned = False  # this process's device, after a sticky error
+
+
+def _in_training_loop() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == TRAINING_LOOP:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Faulty(Toy):
@@ -55,17 +66,14 @@ class Faulty(Toy):
         if self.options.fault == "sticky" and (_poisoned or attention == self.options.sticky_attention):
             _poisoned = True
             raise RuntimeError(STICKY)
-        model = super().build_model(attention)
-        model.built_with = attention
-        return model
+        return super().build_model(attention)
 
     def training_loss(self, model, batch):
         fault, call = self.options.fault, self.calls
         self.calls += 1
         if fault == "loss_in_probe" and call == 0:
             raise KeyError("label column 'topic' is missing from the batch")
-        in_training = batch["tokens"].shape[0] != PROBE_SAMPLES and getattr(model, "built_with", "eager") != "eager"
-        if fault == "loss_in_training" and model.training and in_training:
+        if fault == "loss_in_training" and _in_training_loop():
             raise ValueError("the user's loss divides by an empty mask")
         if fault == "under_bf16" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
             raise RuntimeError("my_fused_block: refused its input")
