@@ -61,16 +61,22 @@ def test_the_in_process_deadline_rings_after_the_commit_it_fell_into(slow_commit
 @pytest.mark.parametrize(("signum", "code", "kind"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_a_stop_signal_inside_a_commit_stops_the_worker_once_the_commit_is_done(slow_commits, signum, code, kind):
     engine, rows, send = slow_commits
+    # As in a terminal's foreground job: a test run started in the background (CI's `&`, `nohup`)
+    # inherits SIGINT ignored, which stop_on_signals rightly leaves ignored.
+    inherited = signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
     send["signal"], before = signum, signal.getsignal(signum)
-    with stop_on_signals(), pytest.raises(Stopped) as stopped:
-        _insert(engine, rows)
-        send["signal"] = None
-        _wait_for_the_raise(5)
+    try:
+        with stop_on_signals(), pytest.raises(Stopped) as stopped:
+            _insert(engine, rows)
+            send["signal"] = None
+            _wait_for_the_raise(5)
+        assert signal.getsignal(signum) == before
+    finally:
+        signal.signal(signum, inherited)
     assert stopped.value.code == code and stopped.value.verdict.kind.value == kind
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(rows)).scalar() == 1
     assert engine.pool.checkedout() == 0
-    assert signal.getsignal(signum) == before
 
 
 def test_a_sigint_inherited_ignored_stays_ignored():
