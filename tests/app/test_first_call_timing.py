@@ -7,6 +7,8 @@ still proven slow."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import first_call_kernels
 import pytest
 import torch
@@ -48,7 +50,12 @@ def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_rank
     timed = [fact["trial_steps_ms"] for fact in store.records.values() if fact.get("trial_steps_ms")]
     assert timed and max(max(steps) for steps in timed) < 1000 * FIRST_CALL_S  # the first call was never timed
     planned.clear()  # probe_first's re-timing meets the first call again
-    decided = make_decision(space, list(rows.values()), keep=1)
+    # Both kernels are re-timed when their sweep rows are within probe_first's WINDOW, as they are
+    # on a quiet machine (the kernel is SDPA's math one, no slower than eager here); a busy one can
+    # split rows timed seconds apart by more, and then nothing is re-timed: the re-timing is what
+    # this half proves, so it starts from the rows a quiet machine gives.
+    contenders = [dataclasses.replace(row, samples_per_s=rows["eager"].samples_per_s) for row in rows.values()]
+    decided = make_decision(space, contenders, keep=1)
     ranking = {line["knobs"]["attention"]: line for line in decided["ranking"]}
     first_call, eager = ranking["sdpa_math"], ranking["eager"]
     assert planned and len(first_call["times_ms"]) == REPEATS, (rows, decided["ranking"])  # the raw repeats are kept
