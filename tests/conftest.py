@@ -177,3 +177,14 @@ def storage_url(request, tmp_path):
     url, drop = _fresh_database(admin, request.param)
     yield url
     drop()
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Timing tests run torch on one thread: with two OpenMP threads on two cores that neighbours
+    also want, barrier spinning stretched a 4 ms Toy step to ~900 ms (seen with two CPU hogs
+    beside a test), a slowdown no injected fault outgrows; one thread only waits its turn."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

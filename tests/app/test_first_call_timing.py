@@ -25,6 +25,7 @@ from hpo.workloads.registry import create_workload
 
 CPU = torch.device("cpu")
 N_BLOCKS = 2  # attention calls per forward
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 200x
 SPACE = {
     "study": {"name": "first-call", "pruner": {"name": "none"}, "n_trials": 2, "skip_slow": True, "slow_ratio": 5.0},
     "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2, "n_blocks": N_BLOCKS},

@@ -165,6 +165,7 @@ def _slow_foreach_steps(monkeypatch) -> None:
     monkeypatch.setattr(torch.optim.AdamW, "step", step)
 
 
+@pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 200x
 def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and_never_trained_again(monkeypatch):
     from hpo.trial import trainer
     from hpo.trial.trainer import SLOW_CHECK_STEPS
