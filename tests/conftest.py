@@ -12,6 +12,15 @@ import torch
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
+# pytest-xdist workers share the cores, as `hpo run`'s CPU workers do (hpo/runtime/workers.py):
+# each worker's torch otherwise starts a thread per core, and on CI's 2 workers x 2 threads on 2
+# cores OpenMP's spinning threads stretched a 4 ms step to 700 ms, which the timing tests read as
+# the knobs' speed. Children started by the tests inherit the setting through OMP_NUM_THREADS.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.environ:
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    torch.set_num_threads(_threads)
+
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 
 TOY = "toy_workloads:Toy"
@@ -168,3 +177,14 @@ def storage_url(request, tmp_path):
     url, drop = _fresh_database(admin, request.param)
     yield url
     drop()
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Timing tests run torch on one thread: with two OpenMP threads on two cores that neighbours
+    also want, barrier spinning stretched a 4 ms Toy step to ~900 ms (seen with two CPU hogs
+    beside a test), a slowdown no injected fault outgrows; one thread only waits its turn."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

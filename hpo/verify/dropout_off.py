@@ -29,12 +29,16 @@ from torch import nn
 
 __all__ = ["train_mode_without_dropout"]
 
+# torch's dropout modules, named by their public classes (their shared base, _DropoutNd, is private);
+# tests/verify/test_probe_train_mode.py checks this covers every Dropout class torch.nn exports.
+_DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
 
 def _dropout_settings(model: nn.Module) -> list[tuple[object, str, float]]:
     """(owner, attribute, probability) for every non-zero dropout probability in `model`."""
     found = []
     for module in model.modules():
-        if isinstance(module, nn.modules.dropout._DropoutNd):
+        if isinstance(module, _DROPOUT_MODULES):
             found.append((module, "p", module.p))
         for name, value in vars(module).items():
             if "dropout" in name and isinstance(value, float) and not isinstance(value, bool):

@@ -7,6 +7,8 @@ still proven slow."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import first_call_kernels
 import pytest
 import torch
@@ -19,12 +21,11 @@ from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.probe import run_probe
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.speed import time_knobs
 from hpo.workloads.registry import create_workload
 
 CPU = torch.device("cpu")
 N_BLOCKS = 2  # attention calls per forward
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 200x
 SPACE = {
     "study": {"name": "first-call", "pruner": {"name": "none"}, "n_trials": 2, "skip_slow": True, "slow_ratio": 5.0},
     "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2, "n_blocks": N_BLOCKS},
@@ -41,16 +42,26 @@ def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_rank
     rows = {r.knobs["attention"]: r for r in sweep(space, store)}
     assert planned  # the kernel ran, and paid its first call per shape
     assert rows["sdpa_math"].verdict == "ok" and rows["eager"].verdict == "ok"  # never slow
-    assert rows["sdpa_math"].samples_per_s >= 0.5 * rows["eager"].samples_per_s, rows
+    # A timed step that met the first call lasts at least FIRST_CALL_S (a sleep, which no load
+    # shortens), so its rate is at most batch / FIRST_CALL_S; any faster rate is the kernel's own.
+    # (Not compared with eager's row: the two are timed seconds apart, and a neighbour's burst
+    # between them moves the ratio several times over on a shared machine: seen 5.3x under CI.)
+    batch_size = SPACE["params"]["batch_size"]
+    assert rows["sdpa_math"].samples_per_s > 2 * batch_size / FIRST_CALL_S, rows
     timed = [fact["trial_steps_ms"] for fact in store.records.values() if fact.get("trial_steps_ms")]
-    assert timed and max(max(steps) for steps in timed) < 1000 * FIRST_CALL_S / 2  # the first call was never timed
+    assert timed and max(max(steps) for steps in timed) < 1000 * FIRST_CALL_S  # the first call was never timed
     planned.clear()  # probe_first's re-timing meets the first call again
-    decided = make_decision(space, list(rows.values()), keep=1)
+    # Both kernels are re-timed when their sweep rows are within probe_first's WINDOW, as they are
+    # on a quiet machine (the kernel is SDPA's math one, no slower than eager here); a busy one can
+    # split rows timed seconds apart by more, and then nothing is re-timed: the re-timing is what
+    # this half proves, so it starts from the rows a quiet machine gives.
+    contenders = [dataclasses.replace(row, samples_per_s=rows["eager"].samples_per_s) for row in rows.values()]
+    decided = make_decision(space, contenders, keep=1)
     ranking = {line["knobs"]["attention"]: line for line in decided["ranking"]}
     first_call, eager = ranking["sdpa_math"], ranking["eager"]
     assert planned and len(first_call["times_ms"]) == REPEATS, (rows, decided["ranking"])  # the raw repeats are kept
-    assert max(first_call["times_ms"]) < 1000 * FIRST_CALL_S / 2  # the plan's cost is in none of them
-    assert first_call["step_ms"] <= 2 * eager["step_ms"], decided["ranking"]
+    assert max(first_call["times_ms"]) < 1000 * FIRST_CALL_S  # the plan's cost is in none of them
+    assert eager["step_ms"] and first_call["step_ms"] < 1000 * FIRST_CALL_S, decided["ranking"]  # ranked on its own speed
 
 
 @pytest.mark.slow
@@ -58,12 +69,21 @@ def test_a_kernel_slow_on_every_call_is_still_proven_slow(monkeypatch):
     config = toy_config(Knobs(precision="fp32", attention="sdpa_math", optimizer="forloop"), n_blocks=N_BLOCKS)
     config = type(config)(**{**config.__dict__, "skip_slow": True, "slow_ratio": 5.0})
     workload = create_workload(config.workload, config.workload_options)
-    batch = next(workload.train_batches(config.training.batch_size, config.seed))
-    reference_ms = time_knobs(workload, config, REFERENCE_KNOBS, CPU, batch).best_ms
-    # Each step 20x the reference's: slow beyond the 5x limit even on a machine 4x busier later.
-    monkeypatch.setattr(first_call_kernels, "SLOW_S", 20 * reference_ms / 1000 / N_BLOCKS)
+    # Each step pays 200 ms of sleep, which no load shortens: ~20x the reference's ~10 ms step here,
+    # still beyond the 5x limit when a busy machine (CI: two workers on two cores) stretches the
+    # reference several times. (Scaling the sleep from a reference timed before the probe's own
+    # let a quieter moment here and a busier one there bring the ratio under 5.)
+    monkeypatch.setattr(first_call_kernels, "SLOW_S", 0.2 / N_BLOCKS)
     as_sdpa_math(monkeypatch, "slow_sdpa")
     result = run_probe(workload, config, CPU)
-    assert result.ok and result.slow is not None, result
+    assert result.ok and result.slow is not None, (
+        result.slowdown,
+        result.reference_step_ms,
+        result.trial_steps_ms,
+        result.slow_not_judged,
+    )
     assert result.slow.implicates == (("attention", "sdpa_math"), ("batch_size", 16)), result.slow
-    assert result.trial_steps_ms and all(ms > 10 * reference_ms for ms in result.trial_steps_ms)
+    # The steps judged are the slow kernel's own (each pays its per-call cost), against a reference
+    # 5x faster at least.
+    assert result.trial_steps_ms and all(ms >= 1000 * first_call_kernels.SLOW_S * N_BLOCKS for ms in result.trial_steps_ms)
+    assert result.slowdown > config.slow_ratio, result

@@ -26,6 +26,15 @@ def test_every_builtin_workload_is_covered():
     assert set(TINY_OPTIONS) == set(BUILTIN_WORKLOADS)
 
 
+def test_every_dropout_class_torch_exports_is_found_and_switched_off():
+    """dropout_off names torch's dropout modules by their public classes: one torch adds is caught here."""
+    classes = [getattr(torch.nn, name) for name in dir(torch.nn) if "Dropout" in name]
+    modules = [cls(0.3) for cls in classes if isinstance(cls, type) and issubclass(cls, torch.nn.Module)]
+    assert len(modules) >= 6
+    found = _dropout_settings(torch.nn.Sequential(*modules))
+    assert [(owner, name, value) for owner, name, value in found] == [(module, "p", 0.3) for module in modules]
+
+
 def test_the_fake_lstm_refuses_what_cudnn_refuses():
     lstm = CudnnLikeLSTM(3, 4, batch_first=True)
     lstm.eval()
