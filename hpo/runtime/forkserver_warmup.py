@@ -21,12 +21,14 @@ is reported in one line and skipped.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
 from hpo.config.resolve import representative_config
 from hpo.config.space import SearchSpace
 from hpo.logging import get_logger
+from hpo.torch_compat import PRELOADED_TORCH_MODULES
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 
 _log = get_logger(__name__)
@@ -54,8 +56,10 @@ def warmup_env(space: SearchSpace) -> str:
 def preload_lazy_imports() -> None:
     """Import what torch imports on first use in every trial: `torch.optim.Optimizer`'s constructor
     imports torch._dynamo (and sympy with it), 1.2-1.5 s on the 2-core test machine, which each
-    trial process otherwise paid in its probe's first model build. The import starts no thread."""
-    import torch._dynamo  # noqa: F401
+    trial process otherwise paid in its probe's first model build. The import starts no thread. The
+    names are torch_compat's (private modules live there), the list the forkserver preloads too."""
+    for module in PRELOADED_TORCH_MODULES:
+        importlib.import_module(module)
 
 
 def warm_up(spec: dict) -> None:
