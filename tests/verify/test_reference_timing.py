@@ -107,6 +107,8 @@ def test_touching_the_memory_first_takes_the_page_faults_out_of_the_timed_step()
     cold, prefaulted = _timing("no-prefault"), _timing("prefault")
     assert cold["prefault_mb"] is None and prefaulted["prefault_mb"] > 50, prefaulted
     first_cold, first_prefaulted = cold["timed_steps_faults"][0], prefaulted["timed_steps_faults"][0]
-    assert first_cold > 10_000, cold  # ~40 MB and more faulted in during the timed step
+    # The untimed step at the timed shape (hpo.verify.steady) faults in part of the memory: 2-10
+    # thousand faults are left in the cold first timed step (CI and here), none once prefaulted.
+    assert first_cold > 1_000, cold
     assert first_prefaulted < first_cold / 10, prefaulted
     assert prefaulted["step_ms"] == min(prefaulted["timed_steps_ms"])
