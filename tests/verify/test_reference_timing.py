@@ -107,8 +107,27 @@ def test_touching_the_memory_first_takes_the_page_faults_out_of_the_timed_step()
     cold, prefaulted = _timing("no-prefault"), _timing("prefault")
     assert cold["prefault_mb"] is None and prefaulted["prefault_mb"] > 50, prefaulted
     first_cold, first_prefaulted = cold["timed_steps_faults"][0], prefaulted["timed_steps_faults"][0]
-    # The untimed step at the timed shape (hpo.verify.steady) faults in part of the memory: 2-10
-    # thousand faults are left in the cold first timed step (CI and here), none once prefaulted.
+    # Cold, the first timed step faults the step's memory in; prefaulted, almost none is left.
     assert first_cold > 1_000, cold
     assert first_prefaulted < first_cold / 10, prefaulted
     assert prefaulted["step_ms"] == min(prefaulted["timed_steps_ms"])
+
+
+def test_every_reference_step_run_is_a_timed_one(monkeypatch):
+    """The study's first probe pays for each reference step it runs: none is run untimed (the
+    steadiness rule keeps a cold first step from ending the timing), so the steps run are the
+    steps in the record."""
+    import torch
+
+    from hpo.config.trial import TrainingConfig
+    from hpo.engine.assembly import AssembledModel
+    from hpo.verify.reference_knobs import REFERENCE_KNOBS
+    from hpo.workloads.registry import create_workload
+
+    run = []
+    timed_step = reference.timed_step
+    monkeypatch.setattr(reference, "timed_step", lambda *args: run.append(args[2]) or timed_step(*args))
+    workload = create_workload("toy_workloads:Toy", {"d_model": 32, "n_heads": 2, "seq_len": 16, "n_blocks": 1})
+    model = AssembledModel(workload, REFERENCE_KNOBS, TrainingConfig(batch_size=8, lr=1e-3), torch.device("cpu"))
+    timing = reference.time_reference(model, next(workload.train_batches(8, 0)), 2**20, 4)
+    assert run == list(range(len(timing.steps_ms))) and 1 <= len(run) <= MAX_STEPS, (run, timing)
