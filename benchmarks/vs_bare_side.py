@@ -25,6 +25,7 @@ from hpo.config.resolve import load_config
 from hpo.hardware.probes import device_model
 from hpo.hardware.runtime import resolve_device, trial_runtime
 from hpo.records import RecordKey
+from hpo.runtime.forkserver_warmup import preload_lazy_imports
 from hpo.workloads.registry import create_workload
 
 __all__ = ["ROW_MARK", "SIDES", "hpo_config_file", "measure"]
@@ -69,6 +70,10 @@ def run_hpo(config_path: Path, device: str | None) -> dict:
 def run_bare(config_path: Path, device: str | None) -> dict:
     config = load_config(config_path)
     target = resolve_device(device or config.device)
+    # torch's lazy imports, which the loop's first optimizer makes anyway, before the meter's base
+    # is read, as `hpo train` imports them (`preload_lazy_imports`): each side's memory above its
+    # base is then its model and loop, not when an import happened.
+    preload_lazy_imports()
     workload = create_workload(timed_workload_name(config.workload), config.workload_options)
     with trial_runtime(target):
         train_bare(workload, config, target)

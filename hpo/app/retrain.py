@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hpo.config.resolve import load_config
 from hpo.config.trial import TrialConfig
+from hpo.runtime.forkserver_warmup import preload_lazy_imports
 from hpo.trial.executor import TrialOutcome, execute
 from hpo.verify.cache import MemoryVerdicts
 
@@ -15,4 +16,7 @@ __all__ = ["retrain"]
 def retrain(path: Path) -> tuple[TrialConfig, TrialOutcome]:
     """Read and validate `path` (any config format, every value fixed), then train it."""
     config = load_config(path)
+    # As a study's trial processes find them (the forkserver's warm-up): torch's lazy imports are
+    # this command's start-up, not its probe's time.
+    preload_lazy_imports()
     return config, execute(config, MemoryVerdicts())

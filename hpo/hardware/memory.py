@@ -7,7 +7,9 @@ import os
 
 import torch
 
-__all__ = ["MemoryMeter", "resident_bytes"]
+from hpo.hardware.allocator import release_freed_memory
+
+__all__ = ["MemoryMeter", "free_memory", "hand_back_freed", "resident_bytes"]
 
 
 class MemoryMeter:
@@ -48,3 +50,15 @@ def free_memory(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def hand_back_freed(device: torch.device) -> None:
+    """Hand back to the system the memory already freed, without collecting garbage: on CUDA the
+    caching allocator's unused blocks, on a CPU the C heap's free pages (which the allocator keeps,
+    `hpo.hardware.allocator`). After the probe, so that what it freed (the reference, the prefault
+    of its timing) is not held through the training that follows: a model trained alone holds none
+    of it."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    else:
+        release_freed_memory()

@@ -26,9 +26,13 @@ class InProcessTrials:
     a Python-level hang but not one inside C code (see `hpo.runtime.deadline`)."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
+        from hpo.runtime.forkserver_warmup import preload_lazy_imports
         from hpo.study.objective import Objective  # imports torch
         from hpo.verify.compared import ReferenceMemory
 
+        # What a trial process finds imported by the forkserver: torch's lazy imports are a start-up
+        # cost of this process, not of its first trial's probe.
+        preload_lazy_imports()
         self.study, self.space, self.tickets = study, space, tickets
         # Every trial runs in this process: the probes' reference steps stay in its memory, no file.
         self.objective = Objective(space, references=ReferenceMemory() if keeps_references(space) else None)

@@ -38,7 +38,7 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.flops import counting_flops
-from hpo.hardware.memory import resident_bytes
+from hpo.hardware.memory import hand_back_freed, resident_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.compared import ComparedReference, KeptReferences, compared_key
@@ -117,6 +117,7 @@ def run_probe(
         trial.restart()
         _restore_buffers(trial.model, kept.initial)
         reference = kept = steps = None
+        hand_back_freed(device)
         result.model = trial
     result.reference_reused = reused
     result.probe_s = time.perf_counter() - start

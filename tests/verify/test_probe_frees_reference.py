@@ -91,3 +91,20 @@ def test_a_probe_that_trains_nothing_leaves_nothing_alive(no_gc, built):
     result = probe_module.run_probe(workload, config, torch.device("cpu"))
     assert result.ok and result.model is None
     assert _alive(built) == []
+
+
+def test_what_the_probe_freed_is_handed_back_before_training(no_gc, built, monkeypatch):
+    """Freed is not enough where the allocator keeps freed memory (glibc here, CUDA's caching
+    allocator there): the probe hands it back once the reference is dead, so a trial holds no more
+    than the model trained alone would. Each hand-back sees which models are still alive."""
+    from hpo.hardware import memory
+
+    handed_back = []
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: handed_back.append(_alive(built)))
+    config = toy_config(TRIAL_KNOBS, max_steps=2, eval_every=2)
+    assert executor.execute(config, MemoryVerdicts()).ok
+    models = [name for name, _ in built if name.startswith("model")]
+    assert handed_back and handed_back[0] and all(name.startswith(("model", "optimizer", "parameter")) for name in handed_back[0])
+    # At the probe's hand-back only the trial's model is alive: the reference's is gone.
+    first = handed_back[0]
+    assert {name for name in first if name.startswith("model")} == {models[1]}, (models, first)
