@@ -34,14 +34,27 @@ class MemoryMeter:
 
 
 def resident_bytes() -> int:
-    """This process's resident set in bytes (on Linux; elsewhere its peak so far)."""
+    """This process's resident set in bytes (on Linux; elsewhere its peak so far). Read after every
+    training forward, so from a file kept open: opening /proc/self/statm each time cost 26 us a
+    step; a read from the open file, a few."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):  # not Linux: fall back to the process peak
+        return int(os.pread(_statm(), 128, 0).split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):  # not Linux: fall back to the process peak
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_statm_fd: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own /proc/self
+
+
+def _statm() -> int:
+    global _statm_fd
+    pid = os.getpid()
+    if _statm_fd is None or _statm_fd[0] != pid:
+        _statm_fd = (pid, os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
+    return _statm_fd[1]
 
 
 def free_memory(device: torch.device) -> None:

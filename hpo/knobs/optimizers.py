@@ -3,6 +3,7 @@ Which builder and which torch flags each path uses is in `hpo.knobs.registry.OPT
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterable
 
@@ -46,7 +47,13 @@ def clear_grads(optimizer: torch.optim.Optimizer) -> None:
     """Drop the gradients of `optimizer`'s parameters. apex's FusedAdam overrides `zero_grad(self)`
     with no argument (apex/optimizers/fused_adam.py; it sets them to None itself by default), so
     `set_to_none=` is passed only where the signature takes it."""
-    if "set_to_none" in inspect.signature(optimizer.zero_grad).parameters:
+    if _takes_set_to_none(type(optimizer).zero_grad):
         optimizer.zero_grad(set_to_none=True)
     else:
         optimizer.zero_grad()
+
+
+@functools.cache
+def _takes_set_to_none(zero_grad: Callable) -> bool:
+    """Read once per class: `inspect.signature` on every step cost 33 us of a 17 ms CPU step."""
+    return "set_to_none" in inspect.signature(zero_grad).parameters
