@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from benchmarks.bare_loop import check_supported
-from benchmarks.vs_bare import VsBareBench, summarize
+from benchmarks.vs_bare import VsBareBench, round_order, summarize
 from benchmarks.vs_bare_meter import METER, StepMeter, TimedCausalLM, Window
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import UserInputError
@@ -168,3 +168,8 @@ def test_the_bare_loop_runs_the_kernel_it_pins_and_trains(knobs, kernel):
     assert torch.isfinite(loss)
     if knobs.get("precision") == "fp16":  # autocast reached the matmuls, and GradScaler unscaled before clipping
         assert any("_amp_foreach_non_finite_check_and_unscale_" in n for n in names)
+
+
+def test_rounds_alternate_which_side_runs_first():
+    orders = [round_order(r) for r in range(4)]
+    assert orders == [("hpo", "bare"), ("bare", "hpo"), ("hpo", "bare"), ("bare", "hpo")]
