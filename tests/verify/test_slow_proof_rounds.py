@@ -64,3 +64,22 @@ def test_one_quiet_round_among_slow_ones_is_no_verdict(monkeypatch, quiet_round)
     verdict, knob_times = _prove(monkeypatch, set(range(speed.PROOF_ROUNDS)) - {quiet_round})
     assert verdict is None
     assert knob_times[quiet_round] == QUIET_MS  # the proof reached the quiet round
+
+
+def test_only_the_first_round_runs_untimed_steps(monkeypatch):
+    """Both models are built once and warm after the first round: later rounds only time. With
+    the untimed step in every round a bf16 proof on an AVX2 CPU cost 3 more emulated steps."""
+    policies: list[tuple[bool, int]] = []
+    config = toy_config(KNOBS)
+    workload = create_workload(config.workload, config.workload_options)
+
+    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+        policies.append((assembled.knobs == REFERENCE_KNOBS, policy.warmup_steps))
+        ms = REFERENCE_MS if assembled.knobs == REFERENCE_KNOBS else BURST_MS
+        return StepTimes((ms,) * policy.window, policy.warmup_steps, policy.window)
+
+    monkeypatch.setattr(speed, "time_model", scripted)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    assert speed.prove_slow(workload, config, CPU, limit).verdict is not None
+    warmups = [warmup for _, warmup in policies]
+    assert len(policies) == 2 * speed.PROOF_ROUNDS and warmups == [1, 1] + [0] * (len(policies) - 2), policies

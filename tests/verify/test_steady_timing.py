@@ -49,3 +49,11 @@ def test_spread_is_taken_over_the_fastest_steps():
 def test_a_policy_that_cannot_judge_steadiness_is_refused():
     with pytest.raises(ValueError, match="window <= min_repeats"):
         TimingPolicy(min_repeats=2, window=3)
+
+
+def test_a_step_longer_than_the_timed_cap_is_timed_once():
+    """Noise only adds time: a step past `max_timed_s` is not repeated to min_repeats (an emulated
+    bf16 step on an AVX2 CPU took tens of seconds, three times per timing)."""
+    step, calls = scripted([0.0, 0.15])
+    timed = time_steps(step, CPU, TimingPolicy(warmup_steps=1, min_repeats=3, max_timed_s=0.1))
+    assert len(timed.times_ms) == 1 and len(calls) == 2 and timed.best_ms >= 150
