@@ -4,6 +4,7 @@ where its time went."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -280,3 +281,25 @@ def test_a_compiled_trial_compared_on_its_whole_batch_leaves_the_count_to_its_sp
     outcome = execute(config, MemoryVerdicts())
     assert outcome.ok, str(outcome.verdict)
     assert len(calls) == 1 and outcome.attrs["model_flops_per_sample"] > 0
+
+
+def test_the_profiled_steps_buffers_are_handed_back_once_read(monkeypatch):
+    """The evidence step's profiler frees its buffers when its events have been read; the C heap
+    keeps freed memory for the steps, so the trainer hands it back then, once, or a CPU trial's
+    resident set would carry the profiler's buffers to its end."""
+    from hpo.trial import trainer
+
+    events = []
+    capture = trainer.capture_step
+
+    @contextlib.contextmanager
+    def recording_capture(assembled):
+        with capture(assembled) as seen:
+            yield seen
+        events.append("captured")
+
+    monkeypatch.setattr(trainer, "capture_step", recording_capture)
+    monkeypatch.setattr(trainer, "release_freed_memory", lambda: events.append("handed back"))
+    outcome = execute(_config(), MemoryVerdicts())
+    assert outcome.ok and outcome.attrs["knobs_observed"], outcome.attrs
+    assert events == ["captured", "handed back"]
