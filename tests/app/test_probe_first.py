@@ -13,6 +13,7 @@ import optuna
 import pytest
 import yaml
 
+from hpo.config.space import parse_space
 from hpo.errors import ExitCode
 from hpo.reporting.sweep_decision import KEPT_ATTR
 from hpo.storage.optuna_compat import storage_of, study_id_of
@@ -97,3 +98,24 @@ def test_two_workers_on_postgres_run_the_sweep_once(postgres_url, tmp_path):
     assert len(found) == 4 and all(t.user_attrs["knobs_chosen_by"] == "sweep" for t in found)
     study = optuna.load_study(study_name=STUDY, storage=postgres_url)
     assert study.user_attrs[f"{LOCK_ATTR}:0"]["pid"] in {w.pid for w in workers}
+
+
+def test_the_re_timing_warms_each_model_up_in_its_first_round_only(monkeypatch):
+    """probe_first keeps one model per candidate for all its rounds: only the first round runs the
+    untimed steps; later rounds only time (each untimed step of a MiniLM on one core cost 1.1 s)."""
+    from hpo.app import probe_first
+    from hpo.verify.steady import StepTimes
+
+    warmups: dict[str, list[int]] = {}
+
+    def recording(assembled, batch, policy):
+        warmups.setdefault(assembled.knobs.optimizer, []).append(policy.warmup_steps)
+        return StepTimes((1.0,) * policy.window, policy.warmup_steps, policy.window)
+
+    monkeypatch.setattr(probe_first, "time_model", recording)
+    space = parse_space(SPACE, source="test")
+    fixed = {"precision": "fp32", "attention": "eager", "grad_checkpointing": False, "compile": False}
+    candidates = [{**fixed, "optimizer": o} for o in ("forloop", "fused")]
+    times = probe_first.interleaved_times(space, candidates)
+    assert all(len(t) == probe_first.REPEATS for t in times.values())
+    assert warmups == {o: [1] + [0] * (probe_first.REPEATS - 1) for o in ("forloop", "fused")}, warmups
