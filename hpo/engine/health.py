@@ -77,10 +77,12 @@ class DeviceHealth:
             return
         losses, steps = self._losses[: self._recorded], self._steps[: self._recorded]
         bad = ~torch.isfinite(losses)
-        first = bad.to(torch.uint8).argmax()  # the first bad one (argmax returns the first maximum)
+        # The first bad one (argmax returns the first maximum), picked by index_select: indexing with
+        # a 0-dim tensor may read it on the host.
+        first = bad.to(torch.uint8).argmax().reshape(1)
         new = torch.logical_and(bad.any(), self._first_bad_step < 0)
-        self._first_bad_step = torch.where(new, steps[first], self._first_bad_step)
-        self._first_bad_loss = torch.where(new, losses[first], self._first_bad_loss)
+        self._first_bad_step = torch.where(new, steps.index_select(0, first).reshape(()), self._first_bad_step)
+        self._first_bad_loss = torch.where(new, losses.index_select(0, first).reshape(()), self._first_bad_loss)
         self._recorded = 0
 
     def read(self, scale: torch.Tensor | None = None) -> HealthReading:
