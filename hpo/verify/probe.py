@@ -151,7 +151,8 @@ def _time_trial(
     result.trial_step_ms, result.trial_steps_ms = timed.best_ms, list(timed.times_ms)
     result.slowdown = limit.slowdown(result.trial_step_ms)
     if config.skip_slow and limit.verdict(config.knobs, result.trial_step_ms) is not None:
-        proof = prove_slow(steps.workload, config, steps.device, limit)
+        # The trial's model, timed just now and handed on to nothing, is warm for the proof.
+        proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial)
         result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
 
 

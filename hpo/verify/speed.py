@@ -76,7 +76,12 @@ def _built(workload: Workload, config: TrialConfig, knobs: Knobs, device: torch.
 
 
 def prove_slow(
-    workload: Workload, config: TrialConfig, device: torch.device, limit: SlowLimit, policy: TimingPolicy = DEFAULT_POLICY
+    workload: Workload,
+    config: TrialConfig,
+    device: torch.device,
+    limit: SlowLimit,
+    policy: TimingPolicy = DEFAULT_POLICY,
+    warm: AssembledModel | None = None,
 ) -> SlowProof:
     """The `slow` verdict of the smallest subset of the trial's knobs that is slow on its own at the
     trial's batch size; no verdict when not even the whole combination is slow when timed again, or
@@ -86,11 +91,16 @@ def prove_slow(
     with `limit`'s stored reference time: that was measured at another moment, and a machine busier
     now than then (another worker, another job) would make every subset look slow, and the first
     one tried be cached as slow for the whole study. The reference's model is built once; each
-    subset's once, for its rounds."""
+    subset's once, for its rounds. `warm`, a model of the trial's knobs already stepped at this
+    batch and free to step again (`hpo probe`'s, never a training trial's), serves the subset that
+    is the whole combination, without a build or an untimed step: in a sweep, the first combination
+    with an emulated bf16 is bf16 with the reference's other values, whose every step took 17 s."""
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
     with _built(workload, config, REFERENCE_KNOBS, device) as reference:
 
         def slow(knobs: Knobs) -> Verdict | None:
+            if warm is not None and knobs == warm.knobs:
+                return _slow_in_every_round(reference, warm, batch, knobs, limit, policy, warm=True)
             with _built(workload, config, knobs, device) as assembled:
                 return _slow_in_every_round(reference, assembled, batch, knobs, limit, policy)
 
@@ -101,15 +111,23 @@ def prove_slow(
 
 
 def _slow_in_every_round(
-    reference: AssembledModel, assembled: AssembledModel, batch: Batch, knobs: Knobs, limit: SlowLimit, policy: TimingPolicy
+    reference: AssembledModel,
+    assembled: AssembledModel,
+    batch: Batch,
+    knobs: Knobs,
+    limit: SlowLimit,
+    policy: TimingPolicy,
+    warm: bool = False,
 ) -> Verdict | None:
     reference_steps: list[float] = []
     knobs_ms = math.inf
+    timed_only = dataclasses.replace(policy, warmup_steps=0)
     for round_index in range(PROOF_ROUNDS):  # a burst of load must slow every round of the knobs to count
-        # Both models ran their untimed steps at this shape in the first round: later rounds only time.
-        timing = policy if round_index == 0 else dataclasses.replace(policy, warmup_steps=0)
-        reference_steps += time_model(reference, batch, timing).times_ms
-        knobs_ms = min(knobs_ms, time_model(assembled, batch, timing).best_ms)
+        # Both models ran their untimed steps at this shape in the first round (a warm one before
+        # the proof): later rounds only time.
+        first = round_index == 0
+        reference_steps += time_model(reference, batch, policy if first else timed_only).times_ms
+        knobs_ms = min(knobs_ms, time_model(assembled, batch, policy if first and not warm else timed_only).best_ms)
         if knobs_ms <= min(reference_steps) * limit.ratio:
             return None
     # Slow in every round. Judged only if the reference's own steps, all rounds together, held

@@ -83,3 +83,32 @@ def test_only_the_first_round_runs_untimed_steps(monkeypatch):
     assert speed.prove_slow(workload, config, CPU, limit).verdict is not None
     warmups = [warmup for _, warmup in policies]
     assert len(policies) == 2 * speed.PROOF_ROUNDS and warmups == [1, 1] + [0] * (len(policies) - 2), policies
+
+
+def test_a_warm_model_of_the_whole_combination_is_timed_without_a_build_or_an_untimed_step(monkeypatch):
+    """`hpo probe` hands the proof the trial's model it has just timed: the subset that is the whole
+    combination is timed on it, never rebuilt and never warmed up again (an emulated bf16 step took
+    17 s on one AVX2 core)."""
+    from hpo.engine.assembly import AssembledModel
+
+    config = toy_config(KNOBS)
+    workload = create_workload(config.workload, config.workload_options)
+    warm = AssembledModel(workload, KNOBS, config.training, CPU)
+    built, warmups = [], []
+    build = speed._built
+
+    def recording_build(workload, config, knobs, device):
+        built.append(knobs)
+        return build(workload, config, knobs, device)
+
+    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+        if assembled is warm:
+            warmups.append(policy.warmup_steps)
+        ms = REFERENCE_MS if assembled.knobs == REFERENCE_KNOBS else BURST_MS
+        return StepTimes((ms,) * policy.window, policy.warmup_steps, policy.window)
+
+    monkeypatch.setattr(speed, "_built", recording_build)
+    monkeypatch.setattr(speed, "time_model", scripted)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    assert speed.prove_slow(workload, config, CPU, limit, warm=warm).verdict is not None
+    assert built == [REFERENCE_KNOBS] and warmups == [0] * speed.PROOF_ROUNDS, (built, warmups)
