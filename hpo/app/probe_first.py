@@ -13,7 +13,6 @@ or `hpo worker` then sweeps again under a new lock.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import sys
@@ -221,7 +220,7 @@ class _Timer:
 
     def __call__(self, config: TrialConfig, repeat: int) -> float:
         # Each model ran its untimed steps at this shape in the first round: later rounds only time.
-        policy = POLICY if repeat == 0 else dataclasses.replace(POLICY, warmup_steps=0)
+        policy = POLICY if repeat == 0 else POLICY.timed_only()
         return time_model(self.models[id(config)], self.batch, policy).best_ms
 
     def __exit__(self, *exc) -> None:

@@ -62,11 +62,13 @@ def start_forkserver(space: SearchSpace, storage_url: str) -> multiprocessing.co
     return context
 
 
-# The forkserver listens on a Unix socket at <temp>/pymp-XXXXXXXX/listener-XXXXXXXX
+# The forkserver listens on a Unix socket at <temp>/pymp-<8 random>/listener-<8 random>
 # (multiprocessing.connection.arbitrary_address): 32 characters after the temporary folder, whose
 # whole path must fit sun_path (108 bytes on Linux, 104 on macOS) or bind() fails.
 SOCKET_PATH_MAX = 104
-_SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+_RANDOM_NAME = 8  # the random part of multiprocessing's folder and socket names
+_LISTENER = len("/listener-") + _RANDOM_NAME
+_SOCKET_SUFFIX = len("/pymp-") + _RANDOM_NAME + _LISTENER
 _SHORT_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
@@ -86,7 +88,7 @@ def short_socket_folder() -> str:
             finally:
                 tempfile.tempdir = base
     folder = multiprocessing.util.get_temp_dir()
-    if len(os.fsencode(folder)) + len("/listener-XXXXXXXX") > SOCKET_PATH_MAX:
+    if len(os.fsencode(folder)) + _LISTENER > SOCKET_PATH_MAX:
         raise UserInputError(
             f"the forkserver's socket path must fit {SOCKET_PATH_MAX} bytes, but its folder {folder!r} is "
             f"{len(os.fsencode(folder))} bytes long: set TMPDIR to a shorter folder or make /tmp writable"

@@ -121,7 +121,7 @@ def _slow_in_every_round(
 ) -> Verdict | None:
     reference_steps: list[float] = []
     knobs_ms = math.inf
-    timed_only = dataclasses.replace(policy, warmup_steps=0)
+    timed_only = policy.timed_only()
     for round_index in range(PROOF_ROUNDS):  # a burst of load must slow every round of the knobs to count
         # Both models ran their untimed steps at this shape in the first round (a warm one before
         # the proof): later rounds only time.

@@ -21,6 +21,7 @@ can be explained afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -59,6 +60,11 @@ class TimingPolicy:
 
     def record(self) -> dict:
         return asdict(self)
+
+    def timed_only(self) -> TimingPolicy:
+        """This policy without its untimed steps: for a model already stepped at the timed shape
+        (a later round of interleaved or repeated timings)."""
+        return dataclasses.replace(self, warmup_steps=0)
 
 
 DEFAULT_POLICY = TimingPolicy()
