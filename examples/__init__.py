@@ -1,0 +1,1 @@
+"""Examples of workloads written as a user writes them; not part of the installed package."""

@@ -1,0 +1,86 @@
+"""The zoo's models are what they say (grouped-query attention, rotary embeddings, the attention
+knob mapped onto transformers' switch), cover the families issue 36 names, and load the way a
+user's workload loads: by `examples.zoo.<module>:<Class>` from a search-space file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from examples.zoo.hf import HFWorkload
+from examples.zoo.models import ZOO
+from hpo.errors import KnobUnavailable
+from hpo.workloads.registry import create_workload, metrics_of
+
+
+def test_at_least_twelve_library_models_cover_every_family():
+    library = [m for m in ZOO.values() if m.workload.startswith("examples.zoo.")]
+    assert len(library) >= 12
+    families = " / ".join(m.family for m in library)
+    for family in (
+        "encoder",
+        "decoder, GQA, rotary",
+        "encoder-decoder",
+        "vision transformer",
+        "BatchNorm",
+        "LayerNorm",
+        "audio",
+        "Lightning",
+    ):
+        assert family in families, family
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2"])
+def test_rotary_decoders_share_key_value_heads(name):
+    model = create_workload(ZOO[name].workload, {}).build_model("sdpa")
+    config, attention = model.config, model.model.layers[0].self_attn
+    assert config.num_key_value_heads < config.num_attention_heads
+    assert attention.k_proj.out_features < attention.q_proj.out_features  # fewer key heads than query heads
+    assert type(model.model.rotary_emb).__name__.endswith("RotaryEmbedding")
+
+
+@pytest.mark.parametrize(("attention", "implementation"), [("eager", "eager"), ("sdpa", "sdpa"), ("sdpa_math", "sdpa")])
+def test_attention_names_map_onto_transformers_implementation(attention, implementation):
+    model = create_workload("examples.zoo.text:BERT", {}).build_model(attention)
+    assert model.config._attn_implementation == implementation
+
+
+class _Refusing(HFWorkload):
+    message = "Foo does not support an attention implementation through sdpa yet"
+
+    def model(self, impl):
+        raise ValueError(self.message)
+
+
+def test_an_implementation_transformers_refuses_is_an_incompatible_verdict():
+    with pytest.raises(KnobUnavailable) as caught:
+        _Refusing(_Refusing.Options()).build_model("sdpa_flash")
+    assert caught.value.verdict.implicates == (("attention", "sdpa_flash"),)
+    assert "transformers refused 'sdpa'" in str(caught.value)
+
+
+def test_another_value_error_is_raised_as_it_is():
+    class Broken(_Refusing):
+        message = "hidden size must be even"
+
+    with pytest.raises(ValueError, match="hidden size must be even"):
+        Broken(Broken.Options()).build_model("sdpa")
+
+
+def test_same_seed_same_weights_whatever_ran_before():
+    workload = create_workload("examples.zoo.vision:ViT", {"seed": 3})
+    first = workload.build_model("eager").state_dict()
+    torch.randn(100)  # the global generator moved on
+    second = workload.build_model("sdpa").state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    other = create_workload("examples.zoo.vision:ViT", {"seed": 4}).build_model("eager").state_dict()
+    assert not torch.equal(first["classifier.weight"], other["classifier.weight"])
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_every_model_loads_as_a_user_workload_with_its_metrics(name):
+    model = ZOO[name]
+    assert metrics_of(model.workload)["val_loss"] == "minimize"
+    workload = create_workload(model.workload, model.options)
+    batch = next(workload.train_batches(2, seed=0))
+    assert all(isinstance(t, torch.Tensor) for t in batch.values()) and workload.samples_in(batch) == 2
