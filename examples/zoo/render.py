@@ -17,7 +17,7 @@ probe, as `hpo probe` runs it. `ok` passes; `refused` is an `incompatible` verdi
 upstream refusal (`contract`) or by evidence of what ran (`evidence`); **rejected** is any other
 verdict, a measured difference from the reference that a differential run pinned on the value.
 `tests/zoo/` asserts on every model and every value this CPU can run that there is no **rejected**,
-and that a few steps under each precision lower a held-out loss about as much as fp32's.
+and that a few steps under each precision lower the loss about as much as fp32's.
 torch.compile costs 10-40 s a model on a CPU, so the table and CI compile only the models listed
 under "compiled"; `--compile-models all` compiles every one.
 
@@ -72,8 +72,8 @@ def _trains(result: dict) -> list[str]:
     lines = [
         "## Does each precision train?",
         "",
-        f"Held-out loss before and after {steps} AdamW steps (learning rate 3e-3, batch {result['batch_size']}) "
-        "under each precision, from the same weights on the same batches, measured in fp32.",
+        f"The loss of one batch of {result['batch_size']} before and after {steps} AdamW steps on it (learning rate "
+        "3e-3) under each precision, from the same weights, measured in fp32.",
         "",
         "| model | before | fp32 after | bf16 after | fp16 after |",
         "|---|---|---|---|---|",

@@ -29,7 +29,7 @@ __all__ = ["COMPILED", "main", "run"]
 
 ROOT = Path(__file__).resolve().parents[2]
 # torch.compile (inductor) costs 10-40 s a model on a CPU: by default the table and CI compile these.
-COMPILED = ("llama", "lit_convnet")
+COMPILED = ("vit", "lit_convnet")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
