@@ -53,9 +53,12 @@ def render(result: dict) -> str:
     models = result["models"]
     if result.get("stopped"):
         lines.append(f"The run stopped early: {result['stopped']}.\n")
-    columns = list(dict.fromkeys(_value(r) for entry in models.values() for r in entry["rows"]))
+    columns = list(dict.fromkeys(_value(r) for entry in models.values() for r in entry.get("rows", ())))
     lines += ["## Verdicts", "", "| model | family | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
     for name, entry in models.items():
+        if "error" in entry:
+            lines.append(f"| {name} | {entry['family']} | error: {entry['error']} |" + " |" * (len(columns) - 1))
+            continue
         cells = {_value(r): _cell(r) for r in entry["rows"]}
         lines.append(f"| {name} | {entry['family']} | " + " | ".join(cells.get(c, "") for c in columns) + " |")
     lines += ["", f"Compiled: {', '.join(result['compiled_models']) or 'none'}.", ""]
@@ -79,11 +82,16 @@ def _trains(result: dict) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for name, entry in result["models"].items():
-        trains = entry["trains"]
+        trains = entry.get("trains")
         if trains:
-            after = " | ".join(f"{trains[p]['after']:.3f}" for p in ("fp32", "bf16", "fp16"))
-            lines.append(f"| {name} | {trains['fp32']['before']:.3f} | {after} |")
+            after = " | ".join(_after(trains[p]) for p in ("fp32", "bf16", "fp16"))
+            before = f"{trains['fp32']['before']:.3f}" if "before" in trains["fp32"] else "–"
+            lines.append(f"| {name} | {before} | {after} |")
     return [*lines, ""]
+
+
+def _after(drop: dict) -> str:
+    return drop["error"].replace("|", "\\|") if "error" in drop else f"{drop['after']:.3f}"
 
 
 def _details(models: dict) -> list[str]:
@@ -97,7 +105,7 @@ def _details(models: dict) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for name, entry in models.items():
-        for r in entry["rows"]:
+        for r in entry.get("rows", ()):
             verdict = r["verdict"].replace("|", "\\|")[:160]
             loss = f"{_num(r['loss_rel_err'])} ({_num(r['loss_bound'])})"
             grad = f"{_num(r['grad_rel_err'])} ({_num(r['grad_bound'])})"

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     start = time.perf_counter()
     for name in _names(args.models):
-        if args.time_cap is not None and time.perf_counter() - start > args.time_cap:
+        if args.time_cap is not None and time.perf_counter() - start >= args.time_cap:
             result["stopped"] = f"time cap of {args.time_cap:g} s reached after {len(result['models'])} models"
             break
         result["models"][name] = _model_entry(
@@ -98,8 +98,22 @@ def run(args: argparse.Namespace) -> dict:
 def _model_entry(name: str, values, device: torch.device, args: argparse.Namespace) -> dict:
     model = ZOO[name]
     rows = [dataclasses.asdict(row) for row in probe_model(model, values, device)]
-    trains = {} if args.no_trains else {p: dataclasses.asdict(loss_drop(model, p, device)) for p in PRECISIONS}
+    trains = {} if args.no_trains else _trains(model, device)
     return {"workload": model.workload, "family": model.family, "rows": rows, "trains": trains}
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+
+
+def _trains(model, device: torch.device) -> dict:
+    out = {}
+    for precision in PRECISIONS:
+        try:
+            out[precision] = dataclasses.asdict(loss_drop(model, precision, device))
+        except Exception as exc:  # noqa: BLE001 - recorded beside the others: a GPU session keeps going
+            out[precision] = {"error": _error(exc)}
+    return out
 
 
 def _write(path: Path, result: dict) -> None:
