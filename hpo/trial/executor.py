@@ -200,4 +200,8 @@ def _probe_attrs(probe: ProbeResult) -> dict:
         RecordKey.SLOWDOWN: probe.slowdown,
         RecordKey.PROBE_LOSS_REL_ERR: probe.loss_rel_err,
         RecordKey.PROBE_GRAD_REL_ERR: probe.grad_rel_err,
+        RecordKey.PROBE_LOSS_FLOOR: probe.loss_floor,
+        RecordKey.PROBE_GRAD_FLOOR: probe.grad_floor,
+        RecordKey.PROBE_LOSS_BOUND: probe.loss_bound,
+        RecordKey.PROBE_GRAD_BOUND: probe.grad_bound,
     }
