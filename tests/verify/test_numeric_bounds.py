@@ -65,7 +65,10 @@ def test_the_bound_follows_the_floor_between_roundoff_and_order_one():
 def test_a_batchnorm_model_gets_a_fair_compared_batch():
     resnet = create_workload(RESNET, {})
     assert compared_samples(config(RESNET), resnet.build_model("eager")) == BATCH_STATISTICS_SAMPLES
-    assert compared_samples(config(RESNET, norm="layer"), create_workload(RESNET, {"norm": "layer"}).build_model("eager")) == PROBE_SAMPLES
+    assert (
+        compared_samples(config(RESNET, norm="layer"), create_workload(RESNET, {"norm": "layer"}).build_model("eager"))
+        == PROBE_SAMPLES
+    )
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
