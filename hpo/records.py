@@ -122,9 +122,10 @@ class TrialRecord(_Record):
     )
     slow_not_judged: str | None = Field(
         None,
-        description="why no `slow` verdict was judged although the trial's steps were over the limit: the fp32/eager "
-        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`); the trial "
-        "trained without the check",
+        description="why the trial's speed was not judged: its steps were over the limit but the fp32/eager "
+        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), and the trial "
+        "trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
+        "speed: ...`), and records no `slowdown`",
     )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
     probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")
