@@ -62,7 +62,8 @@ class TrialRecord(_Record):
 
     verdict: str = Field(
         description="`ok`, `incompatible: …`, `slow: …`, `diverged: step N …`, `mismatch: …`, `oom: …`, "
-        "`pruned: step N`, `crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
+        "`pruned: step N` (`pruned: at N ms of training` under a time budget, whose report steps are milliseconds), "
+        "`crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
     )
     config: dict[str, Any] | None = Field(None, description="the complete resolved config (`hpo export` writes it)")
     knobs_requested: KnobsRequested | None = Field(None, description="the five knobs as asked")
