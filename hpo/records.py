@@ -62,7 +62,8 @@ class TrialRecord(_Record):
 
     verdict: str = Field(
         description="`ok`, `incompatible: …`, `slow: …`, `diverged: step N …`, `mismatch: …`, `oom: …`, "
-        "`pruned: step N`, `crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
+        "`pruned: step N` (`pruned: at N ms of training` under a time budget, whose report steps are milliseconds), "
+        "`crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
     )
     config: dict[str, Any] | None = Field(None, description="the complete resolved config (`hpo export` writes it)")
     knobs_requested: KnobsRequested | None = Field(None, description="the five knobs as asked")
@@ -122,9 +123,10 @@ class TrialRecord(_Record):
     )
     slow_not_judged: str | None = Field(
         None,
-        description="why no `slow` verdict was judged although the trial's steps were over the limit: the fp32/eager "
-        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`); the trial "
-        "trained without the check",
+        description="why the trial's speed was not judged: its steps were over the limit but the fp32/eager "
+        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), and the trial "
+        "trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
+        "speed: ...`), and records no `slowdown`",
     )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
     probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")

@@ -71,7 +71,7 @@ def _outcome(run: TrialRun) -> TrialOutcome:
         run.attrs[RecordKey.KNOBS_OBSERVED] = exc.observed or run.attrs.get(RecordKey.KNOBS_OBSERVED, {})
         return ended(exc.verdict, run.attrs)
     except PrunedByPruner as exc:
-        return ended(Verdict(Kind.PRUNED, f"step {exc.step}"), run.attrs)
+        return ended(Verdict(Kind.PRUNED, exc.where), run.attrs)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         detail = str(exc).splitlines()[0][:200] if str(exc) else ""
         return ended(Verdict(Kind.OOM, f"{type(exc).__name__}: {detail}".rstrip(": ")), run.attrs)
