@@ -199,3 +199,15 @@ def test_each_trial_receives_and_records_one_member_of_a_searched_list_never_the
         parse_options("toy_workloads:Toy", config.workload_options)  # what the trial builds is valid options
         seen.append((residual, config.training.batch_size))
     assert {r for r, _ in seen} == {False, True} and {b for _, b in seen} == {8, 16}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PartlyTypedOptions(WorkloadOptions):
+    handle: NotImportedHere | None = None  # noqa: F821 - a name only a type checker would import
+    width: int = 3
+
+
+def test_an_annotation_that_cannot_be_resolved_leaves_the_other_fields_checked():
+    assert build_options(PartlyTypedOptions, {"handle": object(), "width": 4}, "workload").width == 4
+    with pytest.raises(UserInputError, match=r"^workload.width: expected int, got 'x' \(str\)"):
+        build_options(PartlyTypedOptions, {"width": "x"}, "workload")
