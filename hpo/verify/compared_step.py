@@ -79,10 +79,11 @@ class ComparedSteps:
     def _measure_floor(self, precision: str) -> Errors:
         if PRECISION_SPECS[precision].mantissa_bits >= FP32_MANTISSA_BITS:
             return NO_FLOOR
-        model = self.reference
-        if model is None:  # the reference was read from an earlier probe: build its model again
-            model = AssembledModel(self.workload, REFERENCE_KNOBS, self.config.training, self.device)
-            model.model.load_state_dict(self.kept.initial)
+        if self.reference is not None:  # built by this probe: `kept` is its plain step on these samples
+            return rounding_floor(self.reference, self.reference.move(self.compared), precision, plain=self.kept)
+        # The reference was read from an earlier probe: build its model again.
+        model = AssembledModel(self.workload, REFERENCE_KNOBS, self.config.training, self.device)
+        model.model.load_state_dict(self.kept.initial)
         return rounding_floor(model, model.move(self.compared), precision)
 
     def attempt(self, knobs: Knobs, evidence: bool = False) -> tuple[AssembledModel | None, _Failure | None]:
@@ -232,17 +233,17 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def rounding_floor(reference: AssembledModel, batch: Batch, precision: str) -> Errors:
+def rounding_floor(reference: AssembledModel, batch: Batch, precision: str, plain: ComparedReference | None = None) -> Errors:
     """The reference model's errors against its own plain fp32 step on `batch` when every value it
     computes is rounded to `precision`'s mantissa (`hpo.verify.rounding`): what rounding alone
-    explains on this model. Both steps run here, from the weights `reference` holds, so the floor
-    owes nothing to the kept reference it will judge a trial against. The gradients are left on
-    no parameter."""
+    explains on this model. The plain step runs here too, from the weights `reference` holds, unless
+    `plain` is that very step (the reference has just run it), so a floor owes nothing to a kept
+    reference it will judge a trial against. The gradients are left on no parameter."""
     parameters = list(reference.model.parameters())
-    runs = []
-    for rounding in (contextlib.nullcontext(), RoundedTo(PRECISION_SPECS[precision].mantissa_bits)):
+    runs = [] if plain is None else [(plain.loss, plain.grads)]
+    for rounding in ([contextlib.nullcontext()] if plain is None else []) + [RoundedTo(PRECISION_SPECS[precision].mantissa_bits)]:
         for p in parameters:
-            p.grad = None
+            p.grad = None  # a new gradient, never accumulated into the plain step's (`plain.grads`)
         with rounding:
             runs.append(loss_and_grads(reference, batch))
     for p in parameters:

@@ -188,7 +188,7 @@ def _reference_step(
     """Run the reference's compared step, without an update (the reference is compared, not
     trained). Returns its compared step and what that step added to the resident set. The step
     also counts the model's FLOPs per sample into `store`, when the study has no count yet and the
-    step is a small one: the reference is the plain eager fp32 model the count needs
+    step is not a compiled trial's whole batch: the reference is the plain eager fp32 model the count needs
     (`hpo.engine.flops`), so the trial's speed record need not build another."""
     # Its own parameters, not a copy: the compared step does not update them, and the reference is
     # timed (updating them) only after the trial's compared step has loaded them. Buffers are
@@ -197,7 +197,8 @@ def _reference_step(
     initial = {k: v if id(v) in parameters else v.clone() for k, v in reference.model.state_dict(keep_vars=True).items()}
     initial = {k: v.detach() for k, v in initial.items()}
     samples = reference.workload.samples_in(compared)
-    count = samples <= BATCH_STATISTICS_SAMPLES and store.get(flops_key(config, device)) is None
+    # Not a compiled trial's whole batch: counting it would cost more than the speed record's own count.
+    count = not config.knobs.compile and store.get(flops_key(config, device)) is None
     resident = resident_bytes()
     with counting_flops() if count else contextlib.nullcontext() as flops:
         loss, grads = loss_and_grads(reference, reference.move(compared))
