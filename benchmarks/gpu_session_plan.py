@@ -51,7 +51,8 @@ class Plan:
     """The steps of one session; each writes under `work` and keeps its results under `out`."""
 
     def __init__(self, repo: Path, out: Path, work: Path, kind: str, wheels: Path | None, toy: bool):
-        self.repo, self.out, self.work, self.kind, self.wheels, self.toy = repo, out, work, kind, wheels, toy
+        self.repo, self.out, self.work, self.kind, self.toy = repo, out, work, kind, toy
+        self.wheels = wheels.resolve() if wheels else None  # the steps run in `work`, not where it was named
         self.py = sys.executable
         self.site = work / "site"
         self.gpu_check_rows = out / f"gpu-check-{kind}.jsonl"

@@ -113,3 +113,11 @@ def test_the_summary_keeps_its_other_sections_when_one_result_is_unreadable(tmp_
     assert "| knobs | 60 | 5 | cut short |" in text
     assert "## Missing on this machine\n\n- git: not on PATH; commit unknown: pass --commit" in text
     assert "(a section could not be written: KeyError: 'samples_per_s'" in text
+
+
+def test_a_wheels_folder_named_relative_to_the_tree_installs_from_the_tree(tmp_path, monkeypatch):
+    (tmp_path / ".gpu-wheels").mkdir()
+    (tmp_path / ".gpu-wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)  # the steps run in the work folder: a relative path would name nothing there
+    argv = _plan(tmp_path, Path(".gpu-wheels")).install().jobs[0][0].argv
+    assert str(tmp_path / ".gpu-wheels" / "x-1.0-py3-none-any.whl") in argv
