@@ -143,8 +143,7 @@ def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
-    out, wheels = tmp_path / "out", tmp_path / "wheels"  # none: this venv has every package, for its own Python
-    wheels.mkdir()
+    out = tmp_path / "out"  # no --wheels: a toy run uses this venv's packages
     steps = "install,environment,correctness,compiled"
     proc = subprocess.run(
         [
@@ -153,8 +152,6 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
             "--toy",
             "--out",
             str(out),
-            "--wheels",
-            str(wheels),
             "--only",
             steps,
             "--budget",
@@ -177,6 +174,7 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert all(s["result"] == "ok" for s in record["steps"]), record["steps"]
     assert record["meta"]["torch"] and record["meta"]["toy"] and "attention" in record["doctor"]
     assert record["meta"]["commit"] == "abc1234"  # as sent: the device's copy of the tree may have no .git
+    assert record["missing"] == []  # this venv has git and every package; a toy run asks for no GPU
     rows = [json.loads(line) for line in (out / f"gpu-check-{kind}.jsonl").read_text().splitlines()]
     assert {row["stream"] for row in rows} == {"attention", "optimizer"} and all(r["verdict"] == "ok" for r in rows)
     assert record["joint"]["trials"] and record["joint"]["best"][0]["verdict"] == "ok"
