@@ -4,32 +4,35 @@ device tool sends it (tracked and unignored files, no .git), no git on PATH, no 
 namespace of its own, `unshare -rn`). Twice: with the carried wheels folder, then without it. It
 reports which of the session's files came back each time and what the session said was missing.
 
-    .venv/bin/python -m benchmarks.gpu_session_rehearsal            # about 2-3 minutes after the venv exists
+    .venv/bin/python -m benchmarks.gpu_session_rehearsal            # about 2 minutes on 2 busy cores
     .venv/bin/python -m benchmarks.gpu_session_rehearsal --json R   # also write the report as JSON
 
-The venv is made once (`python3 -m venv` and `pip install torch==<this torch>`, from whatever this
-machine's pip is configured with) and reused. The wheels are those `benchmarks.gpu_wheels` lists,
-for this Python, plus what the GPU machine's image has that the toy session needs beyond torch
-(IMAGE_HAS): the bare venv has neither.
+Nothing is downloaded. The venv holds this environment's torch and the packages torch requires,
+linked in; the wheels are this environment's installed copies of what `benchmarks.gpu_wheels`
+lists, plus what the GPU machine's image has that the toy session needs beyond torch (IMAGE_HAS),
+each zipped back into a wheel from the files its RECORD lists: the same versions the wheels for the
+GPU machine pin, built for this Python.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
-from benchmarks.gpu_wheels import wheel_list
+from benchmarks.gpu_wheels import _needed, normalize, wheel_list
 
 __all__ = ["rehearse"]
 
 REPO = Path(__file__).resolve().parents[1]
-VENV = Path(tempfile.gettempdir()) / "hpo-gpu-session-bare"
 # What the GPU machine's image holds (gpu_wheels.MACHINE_HAS) that the toy session imports.
 IMAGE_HAS = ("pyyaml", "numpy", "tqdm", "packaging", "scipy")
 # The toy steps that fit a rehearsal of 1-2 minutes a run; the slow toy test runs the others.
@@ -40,22 +43,56 @@ def _sh(argv: list, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in argv], check=True, text=True, **kw)
 
 
-def bare_venv(path: Path) -> Path:
-    """A venv holding only torch, at this environment's torch version; made once."""
-    python = path / "bin" / "python"
-    if not python.exists():
-        import torch
+def _closure(names: list[str]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions `names` name and everything they require, each once."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        name = normalize(todo.pop())
+        if name in found:
+            continue
+        found[name] = importlib.metadata.distribution(name)
+        todo += [n for n in (_needed(r) for r in found[name].requires or ()) if n]
+    return list(found.values())
 
-        _sh([shutil.which("python3") or sys.executable, "-m", "venv", "--clear", path])
-        _sh([python, "-m", "pip", "install", "-q", f"torch=={torch.__version__.split('+')[0]}"])
+
+def _top_level(dist: importlib.metadata.Distribution) -> set[str]:
+    return {str(f).split("/")[0] for f in dist.files or () if not str(f).startswith("..")}
+
+
+def bare_venv(path: Path) -> Path:
+    """A venv (pip and nothing else) that sees only torch and what torch requires: those are linked
+    from this environment into a folder its .pth names."""
+    python = path / "bin" / "python"
+    if python.exists():
+        return python
+    _sh([sys.executable, "-m", "venv", "--clear", path])
+    linked = path / "torch-only"
+    linked.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for dist in _closure(["torch"]):
+        for name in _top_level(dist):
+            if (site / name).exists() and not (linked / name).exists():
+                (linked / name).symlink_to(site / name)
+    venv_site = next((path / "lib").glob("python3*/site-packages"))
+    (venv_site / "torch-only.pth").write_text(f"{linked}\n")
     return python
 
 
-def wheels_for(python: Path, folder: Path) -> Path:
-    """The carried wheels, built for the bare venv's Python instead of the GPU machine's."""
-    if not any(folder.glob("*.whl")):
-        pins = [f"{n}=={v}" for n, v in wheel_list().items()] + list(IMAGE_HAS)
-        _sh([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", folder, *pins])
+def wheels_for(folder: Path) -> Path:
+    """The carried wheels, for this Python: each distribution's installed files zipped back into a
+    wheel (its dist-info holds WHEEL and RECORD, which is all pip reads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.whl"):
+        old.unlink()
+    for name in [*wheel_list(), *IMAGE_HAS]:
+        dist = importlib.metadata.distribution(name)
+        base = Path(dist.locate_file(""))
+        wheel = folder / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+            for f in dist.files or ():
+                if not str(f).startswith("..") and (base / f).is_file() and "__pycache__" not in str(f):
+                    zf.write(base / f, str(f))
     return folder
 
 
@@ -106,16 +143,17 @@ def run_once(python: Path, wheels: Path | None, work: Path, budget: float) -> di
         "files": files,
         "steps": {s["step"]: s["result"] for s in record.get("steps", [])},
         "missing": record.get("missing"),
+        "commits": {f: json.loads((out / f).read_text()).get("meta", {}).get("commit") for f in files if f.endswith(".json")},
         "stderr_tail": proc.stderr[-1500:],
         "log_tail": (out / record_path.with_suffix(".log").name).read_text()[-3000:] if record_path else "",
     }
 
 
-def rehearse(venv: Path = VENV, budget: float = 400.0) -> list[dict]:
-    python = bare_venv(venv)
+def rehearse(budget: float = 400.0) -> list[dict]:
     runs = []
     with tempfile.TemporaryDirectory(prefix="gpu-rehearsal-") as tmp:
-        wheels = wheels_for(python, venv / "wheels")
+        python = bare_venv(Path(tmp) / "venv")
+        wheels = wheels_for(Path(tmp) / "wheels")
         for carried in (wheels, None):
             work = Path(tmp) / ("with-wheels" if carried else "without-wheels")
             work.mkdir()
@@ -125,11 +163,10 @@ def rehearse(venv: Path = VENV, budget: float = 400.0) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--venv", type=Path, default=VENV, help=f"the bare venv, made if missing (default {VENV})")
     p.add_argument("--budget", type=float, default=400.0, help="the toy session's budget in seconds")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)
-    runs = rehearse(args.venv, args.budget)
+    runs = rehearse(args.budget)
     for run in runs:
         print(f"{'with' if run['wheels'] else 'without'} wheels: rc {run['rc']} in {run['wall_s']} s; {run['network']}")
         print(f"  files: {', '.join(run['files'])}")
