@@ -6,23 +6,36 @@ each step alone on the GPU: the knob benchmark, hpo against a hand-written loop 
 benchmarks/configs/big.yaml (its hpo side also gives big.yaml's eager MFU) and big.yaml compiled;
 7. a probe_first study of the same space, alone (its opening sweep ranks by speed).
 
-The caps add up to less than the session's budget, which the runner also enforces, so one device
-call ends inside 8 minutes. `toy=True` runs every step at toy size on the CPU, for the tests.
-Standard library only, like the runner.
+The caps are sized from the H200 run's measured times (H200_S) times MARGIN, so that the rows that
+take longest there (a combination's first call, a compiled trial) fit with room to spare. They add up
+to less than the session's budget, which the runner also enforces, so one device call ends inside
+its 10 minutes. `toy=True` runs every step at toy size on the CPU, for the tests. Standard library
+only, like the runner.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.gpu_session import Run, Step
-from benchmarks.gpu_session_streams import STREAMS, stream_args
+from benchmarks.gpu_session import Run, Step, broken_step
+from benchmarks.gpu_session_streams import STREAMS, stream_args, stream_size
 
-__all__ = ["BUDGET_S", "Plan"]
+__all__ = ["BUDGET_S", "H200_S", "MARGIN", "Plan", "caps"]
 
-BUDGET_S = 450.0  # the whole session; a device call allows 8 minutes and needs some for its own start
+# The whole session: a device call may run 600 s; the rest is the script's own start and last write.
+BUDGET_S = 560.0
+# Seconds measured on the H200 (2026-11-26, docs/benchmarks/gpu.md; /work/shared/gpu/2026-11-26-h200).
+H200_S = {
+    "combination": 13.3,  # one gpu-check combination in its own process, its start included: 18 in 240 s
+    "compile": 15.0,  # what compiling adds to a combination: probe 13.8-15.0 s compiled, about 1 s eager
+    "start": 12.0,  # a fresh hpo process before its trial: a combination's 13.3 s less its probe and 5 steps
+    "compiled_trial": 39.7,  # big.yaml under compile: default with cold caches, hpo train's trial_s
+}
+MARGIN = 1.5  # over the H200's times: another GPU (the default kind is an H100) may be slower
 KNOB_SHAPE = ["d_model=768", "n_layers=6", "n_heads=12", "seq_len=512"]  # the H200 run's knob benchmark
 TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"  # the studies' toy model (gpu_session_streams.py has its own)
 TOY_SLOWER = 4
@@ -38,7 +51,8 @@ class Plan:
     """The steps of one session; each writes under `work` and keeps its results under `out`."""
 
     def __init__(self, repo: Path, out: Path, work: Path, kind: str, wheels: Path | None, toy: bool):
-        self.repo, self.out, self.work, self.kind, self.wheels, self.toy = repo, out, work, kind, wheels, toy
+        self.repo, self.out, self.work, self.kind, self.toy = repo, out, work, kind, toy
+        self.wheels = wheels.resolve() if wheels else None  # the steps run in `work`, not where it was named
         self.py = sys.executable
         self.site = work / "site"
         self.gpu_check_rows = out / f"gpu-check-{kind}.jsonl"
@@ -57,36 +71,63 @@ class Plan:
         return Run((self.py, str(self.repo / "scripts" / name), *args))
 
     def steps(self) -> list[Step]:
-        timing = [self.knob_bench(), self.against_bare(), self.compiled()]
-        return [self.install(), self.environment(), self.correctness(), *timing, self.probe_first()]
+        """Every step; one that cannot be built (a file it edits changed) fails alone."""
+        builders: list[tuple[str, Callable[[], Step]]] = [
+            ("install", self.install),
+            ("environment", self.environment),
+            ("correctness", self.correctness),
+            ("knobs", self.knob_bench),
+            ("vs-bare", self.against_bare),
+            ("compiled", self.compiled),
+            ("probe_first", self.probe_first),
+        ]
+        steps = []
+        for name, build in builders:
+            try:
+                steps.append(build())
+            except Exception as exc:  # noqa: BLE001 - the other steps still run
+                steps.append(broken_step(name, exc))
+        return steps
 
     # ---- 1, 2: install and environment -------------------------------------------------------
 
     def install(self) -> Step:
-        wheels = sorted(str(w) for w in self.wheels.glob("*.whl")) if self.wheels else []
+        """The carried wheels into `site`. No folder asked for (--toy): nothing to do. A folder asked
+        for but absent or empty (a forgotten carry) fails the step, and the report says so."""
+        wheels = sorted(str(w) for w in self.wheels.glob("*.whl")) if self.wheels and self.wheels.is_dir() else []
         pip = (self.py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir")
-        argv = (*pip, "--upgrade", "--target", str(self.site), *wheels) if wheels else (self.py, "-c", "print('no wheels')")
+        if wheels:
+            argv = (*pip, "--upgrade", "--target", str(self.site), *wheels)
+        elif self.wheels is None:
+            argv = (self.py, "-c", "print('no wheels asked for: this Python has the packages')")
+        else:
+            argv = (self.py, "-c", f"import sys; sys.exit({self.missing_wheels()!r})")
         what = f"{len(wheels)} carried wheels from {self.wheels.name if self.wheels else 'no folder'}/ into {self.site}"
         return Step("install", what, self._cap(30), ((Run(argv),),))
 
+    def missing_wheels(self) -> str | None:
+        """The report's line for a wheels folder that was asked for and not carried, else None."""
+        if self.wheels is None or (self.wheels.is_dir() and any(self.wheels.glob("*.whl"))):
+            return None
+        return f'wheels: no *.whl in {self.wheels}: not carried? (the device call needs carry: [".gpu-wheels"])'
+
     def environment(self) -> Step:
-        probe = (
-            "import json, sys, torch, importlib.metadata as m; "
-            "names = ('optuna', 'sqlalchemy', 'pydantic', 'transformers', 'lightning', 'cmaes'); "
-            "print('ENV ' + json.dumps({'python': sys.version.split()[0], 'torch': torch.__version__, "
-            "'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(), "
-            "'device': torch.cuda.get_device_name() if torch.cuda.is_available() else None, "
-            "'packages': {n: m.version(n) for n in names}}))"
-        )
         env_out, doctor_out = self.work / "env.txt", self.work / "doctor.txt"
-        jobs = ((Run((self.py, "-c", probe), env_out),), (self.hpo("doctor", stdout=doctor_out),))
+        jobs = ((Run((self.py, "-m", "benchmarks.gpu_session_env"), env_out),), (self.hpo("doctor", stdout=doctor_out),))
 
         def collect(record: dict) -> None:
-            line = next(ln for ln in env_out.read_text().splitlines() if ln.startswith("ENV "))
-            record["meta"] |= json.loads(line.removeprefix("ENV "))
-            record["doctor"] = doctor_out.read_text()
+            record["doctor"] = doctor_out.read_text(errors="replace") if doctor_out.is_file() else ""
+            text = env_out.read_text(errors="replace") if env_out.is_file() else ""
+            line = next((ln for ln in text.splitlines() if ln.startswith("ENV ")), None)
+            if line is None:  # killed at its limit before it printed, or Python itself failed
+                record["missing"].append("environment: the probe printed nothing (the log has its output)")
+                return
+            env = json.loads(line.removeprefix("ENV "))
+            record["meta"] |= env
+            record["missing"] += environment_missing(env, toy=self.toy)
 
-        return Step("environment", "versions, the GPU, hpo doctor", self._cap(25), jobs, collect=collect)
+        # A cold machine's first torch import and CUDA start-up: the H200 session's start, with the margin.
+        return Step("environment", "versions, the GPU, hpo doctor", self._cap(45), jobs, collect=collect)
 
     # ---- 3: correctness, in parallel ---------------------------------------------------------
 
@@ -109,7 +150,7 @@ class Plan:
 
         collect = lambda record: record.__setitem__("joint", self._study_result("joint"))
         what = f"gpu-check streams {', '.join(streams)} and a joint study, in parallel"
-        return Step("correctness", what, self._cap(130), tuple(jobs), collect=collect, poll=merge)
+        return Step("correctness", what, self._cap(caps()["correctness"]), tuple(jobs), collect=collect, poll=merge)
 
     # ---- 4-6: timing, each alone --------------------------------------------------------------
 
@@ -136,7 +177,7 @@ class Plan:
             args = ["--steps", "30", "--repeats", "2", "--batch-size", "16", "--configs", "sdpa,fused,bf16,bf16+sdpa+fused"]
             args += [a for o in KNOB_SHAPE for a in ("--option", o)]
         command = self.script("bench-knobs", "--workload", "causal_lm", *args, "--out", str(self.knobs))
-        return Step("knobs", "each knob against fp32/eager/for-loop (scripts/bench-knobs)", self._cap(55), ((command,),))
+        return Step("knobs", "each knob against fp32/eager/for-loop (scripts/bench-knobs)", self._cap(60), ((command,),))
 
     def against_bare(self) -> Step:
         config = self._config(compiled=False)
@@ -158,9 +199,8 @@ class Plan:
                 k: attrs.get(k) for k in keys
             }
 
-        return Step(
-            "compiled", f"{config.name} under torch.compile: MFU (hpo train)", self._cap(60), ((command,),), collect=collect
-        )
+        what = f"{config.name} under torch.compile: MFU (hpo train)"
+        return Step("compiled", what, self._cap(caps()["compiled"]), ((command,),), collect=collect)
 
     def _config(self, compiled: bool) -> Path:
         source = self.repo / "benchmarks" / "configs" / ("tiny.yaml" if self.toy else "big.yaml")
@@ -179,13 +219,8 @@ class Plan:
 
     def probe_first(self) -> Step:
         collect = lambda record: record.__setitem__("probe_first", self._study_result("probe_first"))
-        return Step(
-            "probe_first",
-            "a probe_first study of search_spaces/gpu.yaml, alone",
-            10_000,
-            (self._study("probe_first", self._space("probe_first")),),
-            collect=collect,
-        )
+        what = "a probe_first study of search_spaces/gpu.yaml, alone"
+        return Step("probe_first", what, None, (self._study("probe_first", self._space("probe_first")),), collect=collect)
 
     def _space(self, strategy: str) -> Path:
         text = (self.repo / "search_spaces" / "gpu.yaml").read_text()
@@ -224,3 +259,28 @@ class Plan:
             "sweep": [ln for ln in lines if "sweep" in ln][:5],
             "best": [{k: t.get(k) for k in keep} for t in best or []],
         }
+
+
+def caps() -> dict[str, float]:
+    """The limits of the steps that ran longest on the H200, from its times (H200_S) times MARGIN:
+    correctness as long as its longest stream (each combination a fresh process, a compiled one
+    also compiling), compiled as big.yaml's cold compiled trial plus the process's start."""
+    longest = max(
+        n * H200_S["combination"] + (n if "--compile" in STREAMS[name] else 0) * H200_S["compile"]
+        for name, n in ((name, stream_size(name)) for name in STREAMS)
+    )
+    return {
+        "correctness": math.ceil(MARGIN * longest),
+        "compiled": math.ceil(MARGIN * (H200_S["start"] + H200_S["compiled_trial"])),
+    }
+
+
+def environment_missing(env: dict, toy: bool) -> list[str]:
+    """One line for each thing the environment probe found missing: torch, the GPU, a package."""
+    lines = []
+    if env.get("torch") is None:
+        lines.append(f"torch: does not import ({env.get('torch_error')})")
+    elif env.get("device") is None and not toy:
+        lines.append(f"GPU: torch sees none ({env.get('cuda_error') or 'torch.cuda.is_available() is False'})")
+    lines += [f"package {name}: not installed" for name, version in env.get("packages", {}).items() if version is None]
+    return lines

@@ -88,6 +88,9 @@ def _knobs(result: dict | None) -> list[str]:
         "| config | samples/s | x | peak MB | x | verdict |",
         "|---|---|---|---|---|---|",
     ]
+    if result.get("overhead") is None and result.get("rounds_done"):
+        lines.insert(2, f"Rounds finished: {result['rounds_done']} of {result['meta'].get('repeats')} (cut short).")
+        lines.insert(3, "")
     for r in result["rows"]:
         lines.append(
             f"| {r['config']} | {_num(r['samples_per_s'])} | {_num(r.get('samples_per_s_ratio'), '.2f')} | "
@@ -143,10 +146,33 @@ def _pct(value: float | None) -> float | None:
     return None if value is None else 100 * value
 
 
+def _missing(record: dict) -> list[str]:
+    missing = record.get("missing") or []
+    return ["", "## Missing on this machine", "", *(f"- {line}" for line in missing)] if missing else []
+
+
+def _rows(plan) -> list[dict]:
+    if not plan.gpu_check_rows.is_file():
+        return []
+    lines = plan.gpu_check_rows.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip().endswith("}")]
+
+
 def write_summary(record: dict, plan, path: Path) -> None:
-    rows = []
-    if plan.gpu_check_rows.is_file():
-        rows = [json.loads(line) for line in plan.gpu_check_rows.read_text().splitlines() if line.strip()]
-    lines = _header(record["meta"]) + _steps(record)
-    lines += _vs_bare(_load(plan.vs_bare), record.get("compiled")) + _knobs(_load(plan.knobs)) + _gpu_check(rows)
-    path.write_text("\n".join(lines + _studies(record)) + "\n")
+    """The summary; a section its files cannot make (a result cut short mid-write, a field a newer
+    benchmark renamed) is one line saying so, and the other sections are still written."""
+    sections = [
+        lambda: _header(record["meta"]) + _steps(record),
+        lambda: _missing(record),
+        lambda: _vs_bare(_load(plan.vs_bare), record.get("compiled")),
+        lambda: _knobs(_load(plan.knobs)),
+        lambda: _gpu_check(_rows(plan)),
+        lambda: _studies(record),
+    ]
+    lines = []
+    for section in sections:
+        try:
+            lines += section()
+        except Exception as exc:  # noqa: BLE001 - one unreadable result must not cost the summary
+            lines += ["", f"(a section could not be written: {type(exc).__name__}: {exc}; the .json and .log have the data)"]
+    path.write_text("\n".join(lines) + "\n")

@@ -125,16 +125,24 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def run_configs(bench: KnobsBench, device: torch.device, log: Callable[[str], None]) -> dict[str, dict]:
-    verdicts, runs = MemoryVerdicts(), {name: [] for name in bench.configs}
+def run_configs(
+    bench: KnobsBench, device: torch.device, log: Callable[[str], None], on_round: Callable[[dict[str, dict]], None] | None = None
+) -> dict[str, dict]:
+    """Every config once per round, interleaved; `on_round` gets the rows so far after each round."""
+    verdicts, runs, cpu_mem = MemoryVerdicts(), {name: [] for name in bench.configs}, {}
     execute(trial_config(bench, Knobs(**BASELINE), 3), MemoryVerdicts())  # untimed warm-up
+    rows = {}
     for r in range(bench.repeats):
         for name in bench.configs:  # interleaved: every config once per round
             outcome = execute(trial_config(bench, knobs_of(name), bench.steps), verdicts)
             runs[name].append(outcome)
             speed = outcome.attrs.get("train_samples_per_s", float("nan"))
             log(f"[{r + 1}/{bench.repeats}] {name:16s} {str(outcome.verdict)[:60]}  {speed:.1f} samples/s")
-    return {name: summarize(name, outcomes, verdicts, bench, device) for name, outcomes in runs.items()}
+        rows = {name: summarize(name, outcomes, verdicts, bench, device, cpu_mem) for name, outcomes in runs.items()}
+        add_ratios(rows)
+        if on_round is not None:
+            on_round(rows)
+    return rows
 
 
 def median(outcomes: list[TrialOutcome], key: str) -> float | None:
@@ -142,7 +150,11 @@ def median(outcomes: list[TrialOutcome], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(name: str, outcomes: list[TrialOutcome], verdicts: MemoryVerdicts, bench: KnobsBench, device) -> dict:
+def summarize(
+    name: str, outcomes: list[TrialOutcome], verdicts: MemoryVerdicts, bench: KnobsBench, device, cpu_mem: dict | None = None
+) -> dict:
+    """One config's row over its runs so far; `cpu_mem` keeps the CPU memory meter's figure per
+    config, which does not change from round to round."""
     first, knobs = outcomes[0], knobs_of(name)
     probe = verdicts.get(first.attrs["verdict_key"]) or {}
     row = {
@@ -164,7 +176,11 @@ def summarize(name: str, outcomes: list[TrialOutcome], verdicts: MemoryVerdicts,
         # meter's saved-activation figure shows what a knob changes.
         on_cuda = device.type == "cuda"
         config = trial_config(bench, knobs, bench.steps)
-        row["peak_mem_mb"] = median(outcomes, "peak_mem_mb") if on_cuda else cpu_peak_mem_mb(config, device)
+        if on_cuda:
+            row["peak_mem_mb"] = median(outcomes, "peak_mem_mb")
+        else:
+            cpu_mem = {} if cpu_mem is None else cpu_mem
+            row["peak_mem_mb"] = cpu_mem[name] = cpu_mem.get(name) or cpu_peak_mem_mb(config, device)
     return row
 
 
@@ -237,11 +253,21 @@ def meta(bench: KnobsBench, device: torch.device) -> dict:
     }
 
 
-def run_knobs(bench: KnobsBench, log: Callable[[str], None] = _progress) -> dict:
-    """The whole benchmark: {"meta", "rows" (one per config), "overhead"}. Raises UserInputError for
-    an unknown workload or a bad option before any training."""
+def run_knobs(bench: KnobsBench, log: Callable[[str], None] = _progress, on_round: Callable[[dict], None] | None = None) -> dict:
+    """The whole benchmark: {"meta", "rows" (one per config), "overhead", "rounds_done"}. Raises
+    UserInputError for an unknown workload or a bad option before any training. `on_round` gets the
+    result so far after every round (its "overhead" None until the end), so a benchmark cut short
+    by a time limit keeps the rounds it finished."""
     device = resolve_device(bench.device)
     create_workload(bench.workload, bench.options)  # bad names and options fail here, before any training
-    rows = run_configs(bench, device, log)
-    add_ratios(rows)
-    return {"meta": meta(bench, device), "rows": list(rows.values()), "overhead": measure_overhead(bench, device)}
+    done = []
+
+    def round_done(rows: dict[str, dict]) -> None:
+        done.append(len(done) + 1)
+        if on_round is not None:
+            on_round({"meta": meta(bench, device), "rows": list(rows.values()), "overhead": None, "rounds_done": len(done)})
+
+    rows = run_configs(bench, device, log, round_done)
+    result = {"meta": meta(bench, device), "rows": list(rows.values()), "overhead": None, "rounds_done": len(done)}
+    result["overhead"] = measure_overhead(bench, device)
+    return result

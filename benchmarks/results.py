@@ -10,10 +10,11 @@ from pathlib import Path
 
 from benchmarks.host import cpu_info, host_kind
 
-__all__ = ["REPO", "RESULTS", "child_env", "result_path"]
+__all__ = ["COMMIT_ENV", "REPO", "RESULTS", "child_env", "commit", "result_path", "run_meta"]
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+COMMIT_ENV = "HPO_BENCH_COMMIT"
 
 
 def result_path(benchmark: str, cuda_device: str | None = None, suffix: str = ".json") -> Path:
@@ -31,17 +32,29 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def commit() -> str | None:
+    """The commit the tree is at: $HPO_BENCH_COMMIT where the caller knows it (a copy of the tree
+    sent to a GPU machine may have no .git, and that machine no git), else git's HEAD, else None."""
+    import subprocess
+
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
+    try:
+        git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:  # no git on this machine: the result still counts, without its commit
+        return None
+    return git.stdout.strip() or None
+
+
 def run_meta(argv: list[str]) -> dict:
     """What every result records about its run: the command, the date, the commit and the CPU."""
     import datetime
     import shlex
-    import subprocess
     import sys
 
-    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return {
         "command": shlex.join([Path(sys.executable).name, *argv]),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "commit": git.stdout.strip() or None,
+        "commit": commit(),
         **cpu_info(),
     }

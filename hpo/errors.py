@@ -98,11 +98,12 @@ class TrialRejected(HpoError):
 
 
 class PrunedByPruner(HpoError):
-    """The study's pruner stopped the trial at `step`; not a failure of the knobs."""
+    """The study's pruner stopped the trial at its report step `step`; not a failure of the knobs.
+    Under a time budget the report step is milliseconds of training (`in_ms`), and `where` says so."""
 
-    def __init__(self, step: int):
-        super().__init__(f"pruned at step {step}")
-        self.step = step
+    def __init__(self, step: int, in_ms: bool = False):
+        self.step, self.where = step, f"at {step} ms of training" if in_ms else f"step {step}"
+        super().__init__(f"pruned: {self.where}")
 
 
 class TrialError(HpoError):

@@ -62,7 +62,8 @@ class TrialRecord(_Record):
 
     verdict: str = Field(
         description="`ok`, `incompatible: …`, `slow: …`, `diverged: step N …`, `mismatch: …`, `oom: …`, "
-        "`pruned: step N`, `crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
+        "`pruned: step N` (`pruned: at N ms of training` under a time budget, whose report steps are milliseconds), "
+        "`crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
     )
     config: dict[str, Any] | None = Field(None, description="the complete resolved config (`hpo export` writes it)")
     knobs_requested: KnobsRequested | None = Field(None, description="the five knobs as asked")
@@ -122,12 +123,21 @@ class TrialRecord(_Record):
     )
     slow_not_judged: str | None = Field(
         None,
-        description="why no `slow` verdict was judged although the trial's steps were over the limit: the fp32/eager "
-        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`); the trial "
-        "trained without the check",
+        description="why the trial's speed was not judged: its steps were over the limit but the fp32/eager "
+        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), and the trial "
+        "trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
+        "speed: ...`), and records no `slowdown`",
     )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
     probe_grad_rel_err: float | None = Field(None, description="relative gradient error (global L2) against the reference")
+    probe_loss_floor: float | None = Field(
+        None,
+        description="the relative loss error rounding alone gives on this model under the trial's precision: the "
+        "reference's step with every value rounded to the precision's mantissa (0 for fp32; see failures.md)",
+    )
+    probe_grad_floor: float | None = Field(None, description="the same floor for the gradients (global L2)")
+    probe_loss_bound: float | None = Field(None, description="the bound `probe_loss_rel_err` was judged against")
+    probe_grad_bound: float | None = Field(None, description="the bound `probe_grad_rel_err` was judged against")
     train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
     step_time_ms: float | None = Field(None, description="median steady-state step time")
     peak_mem_mb: float | None = Field(None, description="peak memory (see below)")
@@ -207,6 +217,10 @@ class RecordKey:
     SLOW_NOT_JUDGED = "slow_not_judged"
     PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
     PROBE_GRAD_REL_ERR = "probe_grad_rel_err"
+    PROBE_LOSS_FLOOR = "probe_loss_floor"
+    PROBE_GRAD_FLOOR = "probe_grad_floor"
+    PROBE_LOSS_BOUND = "probe_loss_bound"
+    PROBE_GRAD_BOUND = "probe_grad_bound"
     TRAIN_SAMPLES_PER_S = "train_samples_per_s"
     STEP_TIME_MS = "step_time_ms"
     PEAK_MEM_MB = "peak_mem_mb"

@@ -32,6 +32,7 @@ __all__ = [
     "scale_on_device",
     "unscales_in_its_step",
     "in_backward_pass",
+    "tensor_version",
     "inductor_backend",
     "mark_dynamic_width",
 ]
@@ -78,6 +79,13 @@ def in_backward_pass() -> bool:
     import torch
 
     return torch._C._current_graph_task_id() != -1
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    """How many times `tensor` has been written in place (autograd's version counter), read on the
+    host with no device sync. torch 2.13.0: `Tensor._version`. If it disappears, snapshot every
+    buffer of a checkpointed block before its recomputation instead of only those its forward wrote."""
+    return tensor._version
 
 
 def inductor_backend(mode: str):

@@ -29,7 +29,7 @@ def _restore_hpo_logger():
 def _unkept_reference(tmp_path: Path) -> None:
     """A reference folder that cannot take the file: hpo says so (a warning) and goes on."""
     missing = ReferenceFiles(tmp_path / "gone")
-    assert not missing.put("k", ComparedReference(1.0, [torch.zeros(2)], {"w": torch.zeros(2)}))
+    assert not missing.put("k", ComparedReference(1.0, [torch.zeros(2)], {"w": torch.zeros(2)}, 4))
 
 
 def test_library_warnings_reach_stderr_by_default_and_go_when_silenced(tmp_path, capsys):

@@ -55,7 +55,7 @@ def test_every_place_a_secret_travels_is_masked_and_the_rest_kept(name):
         f"{PG}://hpo@db.example:5432/hpo?hpo_pooler=transaction",
         'password authentication failed for user "hpo"',
         "http://127.0.0.1:8080/dashboard/studies/1",
-        "trial #3 (budget 8) complete [ok] 0.412 precision=bf16 attention=sdpa",
+        "trial #3 (4 of 8) complete [ok] 0.412 precision=bf16 attention=sdpa",
     ],
 )
 def test_text_without_a_secret_is_unchanged(text):

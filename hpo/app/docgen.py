@@ -69,6 +69,13 @@ def search_space_page() -> str:
         "`params` and `systems`, a scalar is fixed and a list, `{choices: [...]}` or `{low, high[, log, step]}`",
         "is searched. Unknown keys are errors.",
         "",
+        "A searched list is a categorical choice: each trial receives one of its values (never the list) and",
+        "records it. A workload option whose value is itself a list is therefore fixed under `workload`, not",
+        "`params`. Every workload option, under `workload` or searched under `params` (each candidate value),",
+        "must be of the type its `Options` field declares: a bool is not a number, an int is a float, a list",
+        "stands for a tuple and a mapping for a nested dataclass. A wrong one is refused in one line that names",
+        "the key path, the type and the value (`hpo validate` exits 2).",
+        "",
     ]
     for name, field in SpaceFile.model_fields.items():
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):

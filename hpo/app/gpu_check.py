@@ -107,6 +107,8 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
         "samples_per_s": None if step_ms is None else how.batch_size * 1000 / step_ms,
         "loss_rel_err": probe.get("loss_rel_err"),
         "grad_rel_err": probe.get("grad_rel_err"),
+        "grad_floor": probe.get("grad_floor"),
+        "grad_bound": probe.get("grad_bound"),
         "observed": outcome.attrs.get(RecordKey.KNOBS_OBSERVED) or probe.get("observed"),
         "probe_s": probe.get("probe_s"),
         "train_samples_per_s": outcome.attrs.get(RecordKey.TRAIN_SAMPLES_PER_S),

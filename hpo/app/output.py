@@ -57,6 +57,8 @@ KNOB_ROW_KEYS = (
     "grad_rel_err",
     "device",
     "cached",
+    "loss_bound",
+    "grad_bound",
 )
 WRITTEN_KEYS = ("number", "what", "path")
 ENQUEUED_KEYS = ("study", "source", "params", "skipped")

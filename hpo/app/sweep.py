@@ -50,6 +50,8 @@ class SweepRow:
     loss_rel_err: float | None
     grad_rel_err: float | None
     cached: bool
+    loss_bound: float | None = None  # the bounds the errors were judged against, measured on this model
+    grad_bound: float | None = None
 
 
 def combinations(space: SearchSpace) -> list[Knobs]:
@@ -189,6 +191,8 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
         peak_mem_mb=record.get("peak_mem_mb"),
         loss_rel_err=record.get("loss_rel_err"),
         grad_rel_err=record.get("grad_rel_err"),
+        loss_bound=record.get("loss_bound"),
+        grad_bound=record.get("grad_bound"),
         cached=cached,
     )
 
@@ -205,12 +209,13 @@ def table(rows: list[SweepRow]) -> str:
         "peak MB",
         "loss err",
         "grad err",
+        "bound",
         "verdict",
     ]
     body = [
         [str(r.knobs[k]) for k in KNOB_NAMES]
         + [_fmt(r.samples_per_s, "{:.1f}"), _fmt(r.slowdown, "{:.2f}"), _fmt(r.peak_mem_mb, "{:.0f}")]
-        + [_fmt(r.loss_rel_err, "{:.1e}"), _fmt(r.grad_rel_err, "{:.1e}"), r.verdict[:70]]
+        + [_fmt(r.loss_rel_err, "{:.1e}"), _fmt(r.grad_rel_err, "{:.1e}"), _fmt(r.grad_bound, "{:.1e}"), r.verdict[:70]]
         for r in rows
     ]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]

@@ -1,9 +1,9 @@
-"""Param specs (a scalar is fixed, {low, high[, log, step]} a range, {choices} a set), the rules the
-trainer's own params obey, and whether a value lies inside a spec."""
+"""Param specs (a scalar is fixed, {low, high[, log, step]} a range, a list or {choices} a set), the
+rules the trainer's own params obey, and whether a value lies inside a spec."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import Field, StrictFloat, StrictInt, TypeAdapter, ValidationError
@@ -17,6 +17,7 @@ __all__ = [
     "FloatRange",
     "IntRange",
     "ParamSpec",
+    "candidates",
     "check_training_param",
     "contains",
     "describe",
@@ -45,6 +46,11 @@ class IntRange:
 @dataclass(frozen=True)
 class Choices:
     choices: tuple
+    # `[a, b]` rather than `{choices: [a, b]}`: only how a key path into it is spelled.
+    listed: bool = field(default=False, repr=False, compare=False)
+
+    def path_of(self, path: str, index: int) -> str:
+        return f"{path}[{index}]" if self.listed else f"{path}.choices[{index}]"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ ParamSpec = FloatRange | IntRange | Choices | Fixed
 
 def parse_param(path: str, raw: Any) -> ParamSpec:
     """Turn one `params:` entry into a spec, or raise a UserInputError naming `path`."""
+    if isinstance(raw, list):
+        return _choices(path, raw, listed=True)
     if not isinstance(raw, dict):
         return Fixed(raw)
     if "choices" in raw:
@@ -73,7 +81,24 @@ def _parse_choices(path: str, raw: dict) -> Choices:
     choices = raw["choices"]
     if len(raw) != 1 or not isinstance(choices, list) or not choices:
         raise UserInputError(f"{path}: choices must be the only key and a non-empty list, got {raw!r}")
-    return Choices(tuple(choices))
+    return _choices(path, choices, listed=False)
+
+
+# What Optuna's categorical distribution holds and stores: a trial records the value it drew.
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _choices(path: str, values: list, listed: bool) -> Choices:
+    spec = Choices(tuple(values), listed=listed)
+    if not values:
+        raise UserInputError(f"{path}: a list is searched and needs at least one value, got []; write a scalar to fix one")
+    for i, value in enumerate(values):
+        if not isinstance(value, _SCALARS):
+            raise UserInputError(
+                f"{spec.path_of(path, i)}: a searched value is a bool, number, string or null, got {value!r}; "
+                f"a list-valued workload option is fixed under workload:, not params:"
+            )
+    return spec
 
 
 def _parse_range(path: str, raw: dict) -> FloatRange | IntRange:
@@ -113,18 +138,20 @@ def check_training_param(path: str, name: str, spec: ParamSpec) -> None:
     rule = TRAINING_RULES.get(name)
     if rule is None:
         return
-    for where, value in _candidates(path, spec):
+    for where, value in candidates(path, spec):
         try:
             rule.validate_python(value)
         except ValidationError as exc:
             raise UserInputError(f"{where}: {_rule_message(exc, value)}, got {value!r}") from None
 
 
-def _candidates(path: str, spec: ParamSpec) -> list[tuple[str, Any]]:
+def candidates(path: str, spec: ParamSpec) -> list[tuple[str, Any]]:
+    """(key path, value) for each value a spec's rule is checked on: the fixed value, each choice,
+    a range's bounds."""
     if isinstance(spec, Fixed):
         return [(path, spec.value)]
     if isinstance(spec, Choices):
-        return [(f"{path}.choices[{i}]", value) for i, value in enumerate(spec.choices)]
+        return [(spec.path_of(path, i), value) for i, value in enumerate(spec.choices)]
     return [(f"{path}.low", spec.low), (f"{path}.high", spec.high)]
 
 

@@ -14,12 +14,13 @@ import pydantic
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config import legacy
 from hpo.config.objectives import SYSTEM_METRICS, metric_direction, study_directions
-from hpo.config.params import ParamSpec, check_training_param, parse_param
+from hpo.config.params import ParamSpec, candidates, check_training_param, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
 from hpo.config.trial import TRAINING_KEYS
 from hpo.errors import UserInputError
-from hpo.workloads.registry import metrics_of, parse_options
+from hpo.workloads.options import build_options, check_field
+from hpo.workloads.registry import metrics_of, options_class, parse_options
 
 __all__ = ["SearchSpace", "load_space", "parse_space"]
 
@@ -95,11 +96,7 @@ def _parse_param(name: str, raw: Any, where: Callable[[str], str]) -> ParamSpec:
 
 def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:
     name = spec.workload.name
-    options = dict(spec.workload.model_extra or {})
-    workload_params = {k: v for k, v in params.items() if k not in TRAINING_KEYS}
-    # Searched workload options are validated with their first candidate value.
-    probe_values = {k: _example(v) for k, v in workload_params.items()}
-    parse_options(name, {**options, **probe_values})
+    _check_workload_options(name, dict(spec.workload.model_extra or {}), params, where)
     known = metrics_of(name)
     unknown = [m for m in spec.study.objectives if known and m not in known and m not in SYSTEM_METRICS]
     if unknown:
@@ -116,6 +113,24 @@ def _check_workload(spec: SpaceFile, params: dict[str, ParamSpec], where: Callab
             f"{where('study.objectives')}: time_to_target_s needs workload.target, e.g. target: {{val_loss: 2.0}}"
         )
     _check_steady_steps(spec, where)
+
+
+def _check_workload_options(
+    name: str, options: dict[str, Any], params: dict[str, ParamSpec], where: Callable[[str], str]
+) -> None:
+    """Every value a searched (or fixed) workload option can take is of the option's type, named by
+    its own key path under params; the workload's own checks then run with each one in turn, beside
+    the first value of every other param."""
+    options_cls = options_class(name)
+    searched = {key: candidates(where(f"params.{key}"), spec) for key, spec in params.items() if key not in TRAINING_KEYS}
+    for key, values in searched.items():
+        for path, value in values:
+            check_field(options_cls, key, value, path)
+    firsts = {key: values[0][1] for key, values in searched.items()}
+    parse_options(name, {**options, **firsts})
+    for key, values in searched.items():
+        for path, value in values[1:]:
+            build_options(options_cls, {**options, **firsts, key: value}, path)
 
 
 # Objectives read from the steady training steps: those after the first (profiled) step, and after
@@ -158,10 +173,3 @@ def _check_directions(spec: SpaceFile, known: dict[str, str | None], where: Call
                 f"does not declare one for {metric!r}, nor is it one of study.objectives {study.objectives}; "
                 f"declare it on the workload: metrics = {{{metric!r}: 'minimize'}} (or 'maximize')"
             )
-
-
-def _example(spec: ParamSpec) -> Any:
-    for attr in ("value", "low"):
-        if hasattr(spec, attr):
-            return getattr(spec, attr)
-    return spec.choices[0]

@@ -53,6 +53,9 @@ class PrecisionSpec:
 
     name: str
     dtype: str  # torch dtype name; the dtype seen reaching matmul kernels is the evidence
+    # Explicit mantissa bits of `dtype`: the rounding the probe emulates to measure a model's floor
+    # (`hpo.verify.bounds`).
+    mantissa_bits: int
     autocast: bool  # False: full precision, no autocast region at all
     scaled: bool = False  # a GradScaler scales the loss (fp16's narrow exponent range needs it)
     lightning: str  # Lightning's precision string for the same choice
@@ -111,13 +114,13 @@ def _by_name(*specs: S) -> dict[str, S]:
 
 
 PRECISION_SPECS: dict[str, PrecisionSpec] = _by_name(
-    PrecisionSpec(name="fp32", dtype="float32", autocast=False, lightning="32-true", aliases=("none", "float32")),
+    PrecisionSpec(name="fp32", dtype="float32", mantissa_bits=23, autocast=False, lightning="32-true", aliases=("none", "float32")),
     PrecisionSpec(
-        name="bf16", dtype="bfloat16", autocast=True, lightning="bf16-mixed", aliases=("bfloat16",),
+        name="bf16", dtype="bfloat16", mantissa_bits=7, autocast=True, lightning="bf16-mixed", aliases=("bfloat16",),
         needs=Needs(probe="bf16_supported"),
     ),
     PrecisionSpec(
-        name="fp16", dtype="float16", autocast=True, scaled=True, lightning="16-mixed", aliases=("float16",),
+        name="fp16", dtype="float16", mantissa_bits=10, autocast=True, scaled=True, lightning="16-mixed", aliases=("float16",),
         needs=Needs(probe="fp16_supported"),
     ),
 )  # fmt: skip

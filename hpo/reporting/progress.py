@@ -82,7 +82,18 @@ def _trial_text(event: TrialEvent, total: int) -> str:
     knobs = " ".join(f"{k}={event.knobs[k]}" for k in KNOB_NAMES if k in event.knobs)
     speed = f" {event.samples_per_s:.1f} samples/s" if isinstance(event.samples_per_s, float) else ""
     verdict = mask_secrets(str(event.verdict))  # an error's verdict may quote a URL
-    return f"trial #{event.trial} (budget {total}) {event.state} [{verdict}] {values} {knobs}{speed}".replace("  ", " ")
+    text = f"trial #{event.trial}{_position(event.trial, total)} {event.state} [{verdict}] {values} {knobs}{speed}"
+    return text.replace("  ", " ")
+
+
+def _position(number: int, total: int) -> str:
+    """Where trial `number` (Optuna's, from 0) stands in the study's n_trials: " (3 of 8)". A retry
+    of a crashed trial gets its ticket back, so trial numbers can run past n_trials."""
+    if total <= 0:  # no study budget known (a trial run outside a worker)
+        return ""
+    if number < total:
+        return f" ({number + 1} of {total})"
+    return f" ({number + 1}; n_trials is {total}, retries not counted)"
 
 
 def _metrics_text(metrics: dict[str, float]) -> str:

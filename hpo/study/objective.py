@@ -93,6 +93,6 @@ def _reporter(trial: optuna.Trial, objectives: tuple[str, ...], training: Traini
             return
         trial.report(workload_metric(objectives[0], metrics), step)
         if trial.should_prune():
-            raise PrunedByPruner(step)
+            raise PrunedByPruner(step, in_ms=budget is not None)
 
     return on_eval

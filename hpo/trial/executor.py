@@ -71,7 +71,7 @@ def _outcome(run: TrialRun) -> TrialOutcome:
         run.attrs[RecordKey.KNOBS_OBSERVED] = exc.observed or run.attrs.get(RecordKey.KNOBS_OBSERVED, {})
         return ended(exc.verdict, run.attrs)
     except PrunedByPruner as exc:
-        return ended(Verdict(Kind.PRUNED, f"step {exc.step}"), run.attrs)
+        return ended(Verdict(Kind.PRUNED, exc.where), run.attrs)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         detail = str(exc).splitlines()[0][:200] if str(exc) else ""
         return ended(Verdict(Kind.OOM, f"{type(exc).__name__}: {detail}".rstrip(": ")), run.attrs)
@@ -200,4 +200,8 @@ def _probe_attrs(probe: ProbeResult) -> dict:
         RecordKey.SLOWDOWN: probe.slowdown,
         RecordKey.PROBE_LOSS_REL_ERR: probe.loss_rel_err,
         RecordKey.PROBE_GRAD_REL_ERR: probe.grad_rel_err,
+        RecordKey.PROBE_LOSS_FLOOR: probe.loss_floor,
+        RecordKey.PROBE_GRAD_FLOOR: probe.grad_floor,
+        RecordKey.PROBE_LOSS_BOUND: probe.loss_bound,
+        RecordKey.PROBE_GRAD_BOUND: probe.grad_bound,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hpo.hardware.memory import free_memory
 from hpo.records import RecordKey
 from hpo.trial.run import TrialRun
-from hpo.trial.trainer import TooSlow
+from hpo.trial.trainer import SLOW_CHECK_STEPS, TooSlow
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import reference_key, speed_key
 from hpo.verify.probe_result import speed_fact
@@ -36,15 +36,33 @@ def prove_too_slow(run: TrialRun, exc: TooSlow) -> SlowProof:
 def record_speed(run: TrialRun) -> None:
     """The trial's slowdown against the reference, on the trial and, if no worker recorded one
     yet at this batch size, in the verdict cache: `hpo probe` ranks a cached combination by it
-    without timing it again."""
-    config, slow, step_ms = run.config, run.slow_limit, run.result.fastest_step_ms
-    if step_ms is None:
-        return
-    slowdown = 1.0 if config.knobs == REFERENCE_KNOBS else None if slow is None else slow.slowdown(step_ms)
+    without timing it again. A trial with fewer steady steps than the slow check judges records
+    no slowdown but why (`slow_not_judged`): its one step is no speed."""
+    config, slow, result = run.config, run.slow_limit, run.result
+    if config.knobs == REFERENCE_KNOBS:
+        slowdown = None if result.fastest_step_ms is None else 1.0
+    elif slow is None:
+        slowdown = None
+    elif result.steady_steps < SLOW_CHECK_STEPS:
+        slowdown = None
+        run.attrs[RecordKey.SLOW_NOT_JUDGED] = too_few_steps(result.steady_steps, config.knobs.compile)
+    else:
+        slowdown = slow.slowdown(result.fastest_step_ms)
     run.attrs[RecordKey.SLOWDOWN] = slowdown
     if slowdown is not None:
         batch_size = config.training.batch_size
-        run.verdicts.add(speed_key(run.key, batch_size), speed_fact(Verdict(Kind.OK), slowdown, step_ms, batch_size))
+        run.verdicts.add(
+            speed_key(run.key, batch_size), speed_fact(Verdict(Kind.OK), slowdown, result.fastest_step_ms, batch_size)
+        )
+
+
+def too_few_steps(steady: int, compiled: bool) -> str:
+    """Why a trial's speed was not judged: it timed fewer steady steps than the slow check reads."""
+    unsteady = "the compiling and the profiled step" if compiled else "the profiled step"
+    return (
+        f"too few steps to judge speed: {steady} steady step(s) timed after {unsteady}, the slow check needs "
+        f"{SLOW_CHECK_STEPS}; raise max_steps or budget_s"
+    )
 
 
 def slow_limit(run: TrialRun) -> SlowLimit | None:

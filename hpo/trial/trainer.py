@@ -64,6 +64,7 @@ class TrainResult:
     train_s: float = 0.0  # training time as defined in README ("What counts as training time")
     time_to_target_s: float | None = None  # None: no target, or not reached within the limits
     fastest_step_ms: float | None = None  # the fastest steady step; None when none ran
+    steady_steps: int = 0  # steps timed after compilation and the profiled step
     evidence_s: float = 0.0  # the profiled evidence step (not training time)
     eval_s: float = 0.0  # every evaluation together (not training time)
 
@@ -177,6 +178,7 @@ def train(
         evidence_s=tally.evidence_s,
         eval_s=eval_s,
         fastest_step_ms=1000 * min(step_times) if step_times else None,
+        steady_steps=len(step_times),
     )
 
 

@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,6 +33,7 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.hardware.probes import device_model
 from hpo.logging import get_logger
+from hpo.verify.bounds import Errors
 from hpo.verify.cache import package_versions
 from hpo.workloads.base import Workload
 
@@ -43,12 +44,16 @@ __all__ = ["ComparedReference", "KeptReferences", "ReferenceFiles", "ReferenceMe
 
 @dataclass(frozen=True)
 class ComparedReference:
-    """The reference's compared step: its loss, its fp32 gradients (in parameter order) and the
-    initial weights (the state dict) it started from, which the trial loads."""
+    """The reference's compared step: its loss, its fp32 gradients (in parameter order), the
+    initial weights (the state dict) it started from, which the trial loads, and how many samples
+    it ran on. `floors` fills in as probes measure the model's rounding floor per precision
+    (`hpo.verify.bounds`)."""
 
     loss: float
     grads: list[torch.Tensor]
     initial: dict[str, torch.Tensor]
+    samples: int
+    floors: dict[str, Errors] = field(default_factory=dict)
 
     def on_host(self) -> ComparedReference:
         """A copy on the host, sharing no storage with the probe's tensors: `initial` holds the
@@ -57,26 +62,34 @@ class ComparedReference:
             self.loss,
             [g.detach().to("cpu", copy=True) for g in self.grads],
             {k: v.detach().to("cpu", copy=True) for k, v in self.initial.items()},
+            self.samples,
+            self.floors,  # shared: a floor measured later is kept for the next probe too
         )
 
     def to(self, device: torch.device) -> ComparedReference:
         if device.type == "cpu":
             return self
         return ComparedReference(
-            self.loss, [g.to(device) for g in self.grads], {k: v.to(device) for k, v in self.initial.items()}
+            self.loss,
+            [g.to(device) for g in self.grads],
+            {k: v.to(device) for k, v in self.initial.items()},
+            self.samples,
+            self.floors,
         )
 
 
-def compared_key(workload: Workload, config: TrialConfig, device: torch.device, compared_samples: int) -> str:
+def compared_key(workload: Workload, config: TrialConfig, device: torch.device) -> str:
     """What the reference's compared step depends on: the model (workload and options), the seed,
-    the compared samples, the device and the software; the training hyperparameters only when the
-    workload's model reads them."""
+    the compared batch (a compiled trial's is its training batch), the device and the software; the
+    training hyperparameters only when the workload's model reads them. How many samples the
+    compared step takes otherwise follows from the model (`hpo.verify.probe.compared_samples`) and
+    is kept with it."""
     facts = {
         "compared": True,
         "workload": config.workload,
         "workload_options": config.workload_options,
         "seed": config.seed,
-        "compared_samples": compared_samples,
+        "compared_batch": config.training.batch_size if config.knobs.compile else "probe",
         "hparams": config.training.params() if workload.model_reads_hparams else None,
         "device": device_model(device),
         "versions": dict(package_versions()),
@@ -100,7 +113,11 @@ class ReferenceFiles:
         if not path.exists():
             return None
         saved = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
-        return ComparedReference(float(saved["loss"]), list(saved["grads"]), dict(saved["initial"])).to(device)
+        floors = {precision: Errors(*errors) for precision, errors in saved["floors"].items()}
+        reference = ComparedReference(
+            float(saved["loss"]), list(saved["grads"]), dict(saved["initial"]), int(saved["samples"]), floors
+        )
+        return reference.to(device)
 
     def put(self, key: str, reference: ComparedReference) -> bool:
         """Write `reference` under `key`; False when the folder cannot take it (a full disk): the
@@ -110,6 +127,8 @@ class ReferenceFiles:
             "loss": reference.loss,
             "grads": [g.detach().cpu() for g in reference.grads],
             "initial": {k: v.detach().cpu() for k, v in reference.initial.items()},
+            "samples": reference.samples,
+            "floors": {precision: [errors.loss, errors.grad] for precision, errors in reference.floors.items()},
         }
         tmp = None
         try:

@@ -17,18 +17,22 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import HpoError, KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
-from hpo.torch_compat import foreach_div, foreach_norm, foreach_sub
+from hpo.knobs.registry import PRECISION_SPECS
+from hpo.torch_compat import foreach_div, foreach_norm
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.blame import isolate
+from hpo.verify.bounds import NO_FLOOR, Errors, NumericBound, bound_from_floor, relative_errors
 from hpo.verify.compared import ComparedReference
 from hpo.verify.dropout_off import train_mode_without_dropout
 from hpo.verify.known_failures import is_sticky_device_error, match_known_failure, real_cause
 from hpo.verify.probe_result import ProbeResult
 from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
-from hpo.verify.tolerances import TOLERANCES
+from hpo.verify.rounding import FP32_MANTISSA_BITS, RoundedTo
 from hpo.workloads.base import Batch, Workload
 
-__all__ = ["ComparedSteps", "NotReproduced", "loss_and_grads"]
+__all__ = ["ComparedSteps", "NotReproduced", "loss_and_grads", "rounding_floor"]
+
+SCALE_BACKOFF = 2.0**-4  # GradScaler's own backoff (0.5 a skipped step), four steps at a time
 
 
 class NotReproduced(HpoError):
@@ -49,11 +53,38 @@ class _Failure:
 
 class ComparedSteps:
     """The compared step under any knobs, from the reference's initial weights on the compared
-    samples, judged against the reference's loss and gradients."""
+    samples, judged against the reference's loss and gradients. `reference`, the reference's model
+    when the probe has just built it, measures the model's rounding floors without another build."""
 
-    def __init__(self, workload: Workload, config: TrialConfig, device: torch.device, kept: ComparedReference, compared: Batch):
+    def __init__(
+        self,
+        workload: Workload,
+        config: TrialConfig,
+        device: torch.device,
+        kept: ComparedReference,
+        compared: Batch,
+        reference: AssembledModel | None = None,
+    ):
         self.workload, self.config, self.device, self.kept, self.compared = workload, config, device, kept, compared
+        self.reference = reference
         self.result = ProbeResult(verdict=Verdict(Kind.OK))
+
+    def bound(self, precision: str) -> NumericBound:
+        """The bound for `precision` on this model, from its rounding floor, measured once per model
+        and precision and kept with the reference (`ComparedReference.floors`)."""
+        if precision not in self.kept.floors:
+            self.kept.floors[precision] = self._measure_floor(precision)
+        return bound_from_floor(precision, self.kept.floors[precision])
+
+    def _measure_floor(self, precision: str) -> Errors:
+        if PRECISION_SPECS[precision].mantissa_bits >= FP32_MANTISSA_BITS:
+            return NO_FLOOR
+        if self.reference is not None:  # built by this probe: `kept` is its plain step on these samples
+            return rounding_floor(self.reference, self.reference.move(self.compared), precision, plain=self.kept)
+        # The reference was read from an earlier probe: build its model again.
+        model = AssembledModel(self.workload, REFERENCE_KNOBS, self.config.training, self.device)
+        model.model.load_state_dict(self.kept.initial)
+        return rounding_floor(model, model.move(self.compared), precision)
 
     def attempt(self, knobs: Knobs, evidence: bool = False) -> tuple[AssembledModel | None, _Failure | None]:
         """The knobs' model after the compared step and its update, or the failure. Records the
@@ -64,8 +95,10 @@ class ComparedSteps:
             trial.model.load_state_dict(self.kept.initial)
             # The capture covers forward and backward (profiling the optimizer too doubled its
             # cost); the optimizer path is observed in training.
+            batch = trial.move(self.compared)
             with capture_step(trial) if evidence else contextlib.nullcontext() as seen:
-                loss, grads = loss_and_grads(trial, trial.move(self.compared))
+                loss, grads = loss_and_grads(trial, batch)
+            loss, grads = _backed_off(trial, batch, loss, grads)
             failure = self._compare(knobs, loss, grads)
             if failure is not None:
                 return trial, failure
@@ -101,18 +134,12 @@ class ComparedSteps:
             return _Failure(f"non-finite loss {loss} under {precision}")
         if not _all_finite(grads):
             return _Failure(f"non-finite gradients under {precision} (overflow)")
-        loss_err = abs(loss - self.kept.loss) / max(abs(self.kept.loss), 1e-12)
-        # Norms per tensor with foreach kernels, then of those: one pass, no Python loop over tensors.
-        diff = _global_norm(foreach_sub(grads, self.kept.grads))
-        grad_err = (diff / _global_norm(self.kept.grads).clamp_min(1e-12)).item()
+        errors = relative_errors(loss, grads, self.kept.loss, self.kept.grads)
+        bound = self.bound(precision)
         if knobs == self.config.knobs:
-            self.result.loss_rel_err, self.result.grad_rel_err = loss_err, grad_err
-        tol = TOLERANCES[precision]
-        if loss_err > tol.loss:
-            return _Failure(f"loss differs from fp32/eager by {loss_err:.3g} (tolerance {tol.loss} for {precision})")
-        if grad_err > tol.grad:
-            return _Failure(f"gradients differ from fp32/eager by {grad_err:.3g} (tolerance {tol.grad} for {precision})")
-        return None
+            self.result.record_numerics(errors, bound)
+        problem = bound.exceeded_by(errors)
+        return None if problem is None else _Failure(problem)
 
     def verdict_of(self, knobs: Knobs) -> Verdict | None:
         """None if the compared step passes under `knobs`, else the verdict its failure earns."""
@@ -166,6 +193,21 @@ def _learning_rate_zero(optimizer: torch.optim.Optimizer) -> Iterator[None]:
             group["lr"] = rate
 
 
+def _backed_off(trial: AssembledModel, batch: Batch, loss: float, grads: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
+    """The compared step again at a smaller loss scale while fp16's scaled gradients overflow and
+    its loss does not, as GradScaler backs off in training by skipping steps: an overflow at the
+    first scale is how loss scaling works, not a fault of fp16 (transformers' BatchNorm ResNet
+    overflows at 2^16 and trains at 2^12). SCALE_BACKOFF per try reaches a scale of 1 from 2^16 in
+    four tries; training goes on from the scale found."""
+    scaler = trial.scaler
+    while scaler is not None and math.isfinite(loss) and not _all_finite(grads) and scaler.get_scale() > 1.0:
+        scaler.update(max(scaler.get_scale() * SCALE_BACKOFF, 1.0))
+        for p in trial.model.parameters():
+            p.grad = None
+        loss, grads = loss_and_grads(trial, batch)
+    return loss, grads
+
+
 def loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:
     """The compared step, without an update: its loss and unscaled gradients, which stay on the
     parameters as well (the trial's update then runs on them). In train mode, the mode training
@@ -182,10 +224,6 @@ def loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list
     return loss.float().item(), grads
 
 
-def _global_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.linalg.vector_norm(torch.stack(foreach_norm(tensors)))
-
-
 def _all_finite(tensors: list[torch.Tensor]) -> bool:
     """Whether every element is finite. A NaN or an infinity makes its tensor's norm non-finite, so
     finite norms prove it in one foreach pass; a norm that overflowed from finite values is rare
@@ -193,3 +231,22 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
     if not tensors or bool(torch.isfinite(torch.stack(foreach_norm(tensors))).all()):
         return True
     return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def rounding_floor(reference: AssembledModel, batch: Batch, precision: str, plain: ComparedReference | None = None) -> Errors:
+    """The reference model's errors against its own plain fp32 step on `batch` when every value it
+    computes is rounded to `precision`'s mantissa (`hpo.verify.rounding`): what rounding alone
+    explains on this model. The plain step runs here too, from the weights `reference` holds, unless
+    `plain` is that very step (the reference has just run it), so a floor owes nothing to a kept
+    reference it will judge a trial against. The gradients are left on no parameter."""
+    parameters = list(reference.model.parameters())
+    runs = [] if plain is None else [(plain.loss, plain.grads)]
+    for rounding in ([contextlib.nullcontext()] if plain is None else []) + [RoundedTo(PRECISION_SPECS[precision].mantissa_bits)]:
+        for p in parameters:
+            p.grad = None  # a new gradient, never accumulated into the plain step's (`plain.grads`)
+        with rounding:
+            runs.append(loss_and_grads(reference, batch))
+    for p in parameters:
+        p.grad = None
+    (loss, grads), (rounded_loss, rounded_grads) = runs
+    return relative_errors(rounded_loss, rounded_grads, loss, grads)

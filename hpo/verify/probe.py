@@ -10,8 +10,12 @@ Nothing is downgraded: the probe only decides whether the trial's own knobs may 
 
 Cost, since a trial pays it before every new knob combination:
 - the compared step runs on `PROBE_SAMPLES` samples, not the trial's batch: numerics and kernel
-  choice need real data, not much of it (a compiled model, specialised to its input shapes, is
-  compared on the batch it will train on);
+  choice need real data, not much of it. A model with batch-statistics layers (BatchNorm in train
+  mode) gets `BATCH_STATISTICS_SAMPLES`: over 4 samples its normalisation divides by a spread that
+  amplifies rounding (docs/failures.md). A compiled model, specialised to its input shapes, is
+  compared on the batch it will train on;
+- a low precision's errors are judged against this model's own rounding floor, measured once per
+  model and precision on the reference (`hpo.verify.bounds`);
 - the trial's model is handed on to train (`keep_model`), so a trial builds one model, not two;
 - the reference's compared step (its loss, gradients and initial weights) depends on the model,
   not on the knobs: a worker's later probes of the same model read it from `references`
@@ -52,9 +56,13 @@ from hpo.verify.steady import time_model
 from hpo.workloads.base import Batch, Workload
 
 # keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
-__all__ = ["PROBE_SAMPLES", "keep_probe", "run_probe"]
+__all__ = ["BATCH_STATISTICS_SAMPLES", "PROBE_SAMPLES", "compared_samples", "keep_probe", "run_probe"]
 
 PROBE_SAMPLES = 4
+# BatchNorm's gradient error under bf16 on a ResNet: 0.57 over 4 samples, 0.36 over 16, 0.40 over 32
+# (a GroupNorm or LayerNorm model: under 0.01 at any of them). 16 gives its statistics a fair batch
+# at a quarter of a default batch's cost.
+BATCH_STATISTICS_SAMPLES = 16
 
 
 def run_probe(
@@ -80,20 +88,27 @@ def run_probe(
     start = time.perf_counter()
     store = store if store is not None else MemoryVerdicts()
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
-    key = compared_key(workload, config, device, _compared_samples(config))
+    key = compared_key(workload, config, device)
     # A reference still to be timed runs its compared step anyway: it warms the reference up, and
     # what the step added to the resident set sizes the memory its timing touches beforehand.
     kept = references.get(key, device) if references is not None and reference_ms is not None else None
     reused = kept is not None
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
-    compared = batch if config.knobs.compile else next(workload.train_batches(_compared_samples(config), config.seed))
     reference, compared_growth = None, 0
     if kept is None:
-        reference, kept, compared_growth = _reference_step(workload, config, device, compared, store)
+        seed_everything(config.seed)
+        reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
+        compared = _compared_batch(workload, config, batch, compared_samples(config, reference.model))
+        kept, compared_growth = _reference_step(reference, config, device, compared, store)
         if references is not None:
             references.put(key, kept)
-    steps = ComparedSteps(workload, config, device, kept, compared)
+    else:
+        compared = _compared_batch(workload, config, batch, kept.samples)
+    floors_known = set(kept.floors)
+    steps = ComparedSteps(workload, config, device, kept, compared, reference)
     trial, failure = steps.attempt(config.knobs, evidence=True)
+    if references is not None and set(kept.floors) != floors_known:
+        references.put(key, kept)  # the floors this probe measured, for the next probe of the model
     result = steps.result
     if failure is not None:
         result.peak_mem_mb = trial.memory.peak_mb if trial is not None else None
@@ -133,10 +148,21 @@ def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -
                 buffer.copy_(initial[name])
 
 
-def _compared_samples(config: TrialConfig) -> int:
-    """A compiled model, specialised to its input shapes, is compared on the batch it will train on."""
+def compared_samples(config: TrialConfig, model: torch.nn.Module) -> int:
+    """How many samples the compared step runs on: PROBE_SAMPLES, BATCH_STATISTICS_SAMPLES for a
+    model whose layers normalise over the batch, or the whole batch for a compiled model, which is
+    specialised to the shapes it trains on."""
     batch_size = config.training.batch_size
-    return batch_size if config.knobs.compile else min(PROBE_SAMPLES, batch_size)
+    if config.knobs.compile:
+        return batch_size
+    statistics = any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
+    return min(BATCH_STATISTICS_SAMPLES if statistics else PROBE_SAMPLES, batch_size)
+
+
+def _compared_batch(workload: Workload, config: TrialConfig, batch: Batch, samples: int) -> Batch:
+    if samples == config.training.batch_size:
+        return batch
+    return next(workload.train_batches(samples, config.seed))
 
 
 def _time_trial(
@@ -157,27 +183,26 @@ def _time_trial(
 
 
 def _reference_step(
-    workload: Workload, config: TrialConfig, device: torch.device, compared: Batch, store: VerdictStore
-) -> tuple[AssembledModel, ComparedReference, int]:
-    """Build the reference and run its compared step, without an update (the reference is
-    compared, not trained). Returns it, its compared step, and what that step added to the
-    resident set. The step also counts the model's FLOPs per sample into `store`, when the study
-    has no count yet and the step is a small one: the reference is the plain eager fp32 model
-    the count needs (`hpo.engine.flops`), so the trial's speed record need not build another."""
-    seed_everything(config.seed)
-    reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
+    reference: AssembledModel, config: TrialConfig, device: torch.device, compared: Batch, store: VerdictStore
+) -> tuple[ComparedReference, int]:
+    """Run the reference's compared step, without an update (the reference is compared, not
+    trained). Returns its compared step and what that step added to the resident set. The step
+    also counts the model's FLOPs per sample into `store`, when the study has no count yet and the
+    step is not a compiled trial's whole batch: the reference is the plain eager fp32 model the count needs
+    (`hpo.engine.flops`), so the trial's speed record need not build another."""
     # Its own parameters, not a copy: the compared step does not update them, and the reference is
     # timed (updating them) only after the trial's compared step has loaded them. Buffers are
     # copied (they are small): a train-mode step updates batch norm's running statistics.
     parameters = {id(p) for p in reference.model.parameters()}
     initial = {k: v if id(v) in parameters else v.clone() for k, v in reference.model.state_dict(keep_vars=True).items()}
     initial = {k: v.detach() for k, v in initial.items()}
-    samples = workload.samples_in(compared)
-    count = samples <= PROBE_SAMPLES and store.get(flops_key(config, device)) is None
+    samples = reference.workload.samples_in(compared)
+    # Not a compiled trial's whole batch: counting it would cost more than the speed record's own count.
+    count = not config.knobs.compile and store.get(flops_key(config, device)) is None
     resident = resident_bytes()
     with counting_flops() if count else contextlib.nullcontext() as flops:
         loss, grads = loss_and_grads(reference, reference.move(compared))
     growth = resident_bytes() - resident
     if count:
         store.put(flops_key(config, device), {"model_flops_per_sample": flops.total / samples})
-    return reference, ComparedReference(loss, grads, initial), growth
+    return ComparedReference(loss, grads, initial, samples), growth

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from hpo.engine.assembly import AssembledModel
 from hpo.verdicts import Kind, Verdict
+from hpo.verify.bounds import Errors, NumericBound
 from hpo.verify.cache import VerdictStore, speed_key
 
 __all__ = ["ProbeResult", "keep_probe", "speed_fact"]
@@ -17,6 +18,12 @@ class ProbeResult:
     verdict: Verdict
     loss_rel_err: float | None = None
     grad_rel_err: float | None = None
+    # What rounding alone gives on this model under the trial's precision, and the bounds the
+    # errors were judged against (`hpo.verify.bounds`).
+    loss_floor: float | None = None
+    grad_floor: float | None = None
+    loss_bound: float | None = None
+    grad_bound: float | None = None
     slowdown: float | None = None
     reference_step_ms: float | None = None
     trial_step_ms: float | None = None  # the fastest of the timed steady steps
@@ -37,6 +44,11 @@ class ProbeResult:
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.
     model: AssembledModel | None = field(default=None, repr=False, compare=False)
+
+    def record_numerics(self, errors: Errors, bound: NumericBound) -> None:
+        self.loss_rel_err, self.grad_rel_err = errors.loss, errors.grad
+        self.loss_floor, self.grad_floor = bound.floor.loss, bound.floor.grad
+        self.loss_bound, self.grad_bound = bound.bound.loss, bound.bound.grad
 
     @property
     def ok(self) -> bool:

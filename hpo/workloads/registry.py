@@ -25,6 +25,7 @@ __all__ = [
     "SELF_CONTAINED_WORKLOADS",
     "create_workload",
     "metrics_of",
+    "options_class",
     "parse_options",
     "resolve_factory",
 ]
@@ -67,7 +68,8 @@ def _import(module_name: str, name: str) -> ModuleType:
         raise UserInputError(f"workload.name: cannot import {module_name!r} for workload {name!r}: {exc}") from None
 
 
-def _options_class(name: str) -> type[WorkloadOptions]:
+def options_class(name: str) -> type[WorkloadOptions]:
+    """The workload's options dataclass; a built-in's without importing its model."""
     if name in BUILTIN_OPTIONS:
         return _import(BUILTIN_OPTIONS[name], name).Options
     return getattr(resolve_factory(name), "Options", WorkloadOptions)
@@ -75,7 +77,7 @@ def _options_class(name: str) -> type[WorkloadOptions]:
 
 def parse_options(name: str, raw: dict[str, Any]) -> WorkloadOptions:
     """The workload's options dataclass from user keys; a built-in's without importing its model."""
-    return build_options(_options_class(name), raw, "workload")
+    return build_options(options_class(name), raw, "workload")
 
 
 def metrics_of(name: str) -> dict[str, str | None]:

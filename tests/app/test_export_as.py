@@ -181,3 +181,39 @@ def test_every_attention_value_has_an_attn_implementation_or_is_refused(workload
     assert set(ex.HF_ATTN) == set(ATTENTION_SPECS) - {"xformers"}
     with pytest.raises(UserInputError, match="attention=xformers has no attn_implementation"):
         ex.winner_of(trial_with({**CASES[0], "attention": "xformers"}, workload))
+
+
+def _not_transformers(trial: optuna.trial.FrozenTrial, name: str) -> optuna.trial.FrozenTrial:
+    trial.user_attrs["config"]["workload"] = {"name": name, "max_steps": 2}
+    return trial
+
+
+@pytest.mark.parametrize("knobs", CASES, ids=lambda k: k["precision"])
+def test_hf_export_suggests_attn_implementation_only_for_a_transformers_model(knobs, workload, tmp_path):
+    ex.export_as(trial_with(knobs, workload), "hf", tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "model_kwargs.json").read_text()) == {
+        "attn_implementation": ex.HF_ATTN[knobs["attention"]]
+    }
+    ex.export_as(_not_transformers(trial_with(knobs, workload), "causal_lm"), "hf", tmp_path / "own")
+    assert json.loads((tmp_path / "own" / "model_kwargs.json").read_text()) == {}  # hpo's own GPT has no such switch
+    args, notes = json.loads((tmp_path / "own" / "training_args.json").read_text()), (tmp_path / "own" / "NOTES.txt").read_text()
+    assert f"attention={knobs['attention']}: workload causal_lm builds no transformers model" in notes
+    assert f"attention_function({knobs['attention']!r})" in notes and "attn_implementation=" not in notes
+    assert not any(value is True for key, value in args.items() if "checkpointing" in key)  # the Trainer's flag would fail
+    if knobs["grad_checkpointing"]:
+        assert "causal_lm builds no transformers model: wrap each of the workload's checkpoint_blocks" in notes
+
+
+def test_exports_of_a_users_own_workload_say_attn_implementation_applies_only_to_a_transformers_model(workload, tmp_path):
+    trial = _not_transformers(trial_with(CASES[1], workload), "my_models:Resnet")
+    ex.export_as(trial, "hf", tmp_path)
+    assert json.loads((tmp_path / "model_kwargs.json").read_text()) == {}
+    assert "cannot tell whether my_models:Resnet builds a transformers model: if it does" in (tmp_path / "NOTES.txt").read_text()
+    assert "if it does, load it with attn_implementation='sdpa'" in ex.export_as(trial, "python", None)
+
+
+def test_lightning_export_keeps_the_batch_size(workload, tmp_path):
+    ex.export_as(trial_with(CASES[0], workload), "lightning", tmp_path)
+    assert (
+        "# batch_size=4: Lightning's Trainer has none; DataLoader(dataset, batch_size=4)" in (tmp_path / "NOTES.txt").read_text()
+    )

@@ -17,7 +17,7 @@ from hpo.app.gpu_check import MatrixCheck, check, markdown, matrix, read_rows, r
 from hpo.config.trial import Knobs
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = MatrixCheck(batch_size=8, steps=2, compile_backend="eager", device="cpu", options={TOY: {"d_model": 16, "n_blocks": 1}})
+TINY = MatrixCheck(batch_size=8, steps=4, compile_backend="eager", device="cpu", options={TOY: {"d_model": 16, "n_blocks": 1}})
 # Activations past fp16's range: the probe rejects every fp16 combination.
 OVERFLOWS = dataclasses.replace(TINY, options={TOY: {"n_blocks": 2, "overflow": 1e5}})
 

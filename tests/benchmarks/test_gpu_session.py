@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks.gpu_session import Run, Session, Step
 from benchmarks.gpu_session_plan import BUDGET_S, Plan
+from benchmarks.gpu_session_streams import stream_args
 from benchmarks.gpu_wheels import MACHINE_HAS, SKIP, wheel_list
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,8 +76,10 @@ def test_the_plan_fits_one_device_call_and_keeps_at_most_six_files(tmp_path):
     plan = Plan(REPO, tmp_path / "out", tmp_path / "work", "cuda-nvidia-h100-80gb-hbm3", tmp_path / "wheels", toy=False)
     steps = plan.steps()
     assert [s.name for s in steps] == ["install", "environment", "correctness", "knobs", "vs-bare", "compiled", "probe_first"]
-    # Every step but the last has a cap; their sum leaves the last one time within the budget.
-    assert sum(s.cap_s for s in steps[:-1]) <= BUDGET_S - 45 and BUDGET_S <= 8 * 60 - 30
+    # Every step but the last has a cap; their sum leaves the last one time within the budget, and the
+    # budget leaves the script's own start and last write inside a device call's 600 s.
+    assert steps[-1].cap_s is None and all(s.cap_s for s in steps[:-1])
+    assert sum(s.cap_s for s in steps[:-1]) <= BUDGET_S - 60 and BUDGET_S <= 600 - 30
     results = {plan.gpu_check_rows.name, plan.knobs.name, plan.vs_bare.name}
     assert results == {
         "gpu-check-cuda-nvidia-h100-80gb-hbm3.jsonl",
@@ -88,6 +91,32 @@ def test_the_plan_fits_one_device_call_and_keeps_at_most_six_files(tmp_path):
     assert "strategy: probe_first" in (tmp_path / "work" / "gpu-probe_first.yaml").read_text()
     streams = [job[0].argv for job in steps[2].jobs[:-1]]
     assert all("--out-dir" in argv and str(tmp_path / "out") not in " ".join(argv) for argv in streams)
+
+
+def test_the_caps_leave_the_h200s_slowest_rows_room_with_a_margin(tmp_path):
+    steps = {s.name: s for s in Plan(REPO, tmp_path / "out", tmp_path / "work", "cuda-x", None, toy=False).steps()}
+    # big.yaml compiled took 39.7 s on the H200 with cold caches, after about 12 s of process start.
+    assert steps["compiled"].cap_s >= 1.5 * (39.7 + 12)
+    # The attention stream: 8 combinations at the H200's 13.3 s each, one process apiece.
+    assert steps["correctness"].cap_s >= 1.5 * 8 * 13.3
+    assert steps["environment"].cap_s >= 45  # 25 s was too little for a cold torch import and CUDA start
+    # The compile stream (4 combinations, each also compiling for about 15 s) fits as well.
+    assert steps["correctness"].cap_s >= 1.5 * 4 * (13.3 + 15.0)
+
+
+def test_the_row_the_first_call_fix_is_seen_on_runs_first_in_its_stream():
+    from hpo.app.gpu_check import matrix
+
+    def first(name: str):
+        args, lists, key = stream_args(name), {}, None
+        for arg in args:
+            key = arg if arg.startswith("--") else key
+            lists.setdefault(key, []) if arg.startswith("--") else lists[key].append(arg)
+        m = matrix(lists["--precision"], lists["--attention"], lists["--optimizer"], lists["--checkpointing"], lists["--compile"])
+        return m[0].precision, m[0].attention, len(m)
+
+    assert first("attention") == ("bf16", "sdpa_cudnn", 8)  # cut at its limit, the stream has still run it
+    assert first("lightning")[:2] == ("bf16", "sdpa_cudnn")
 
 
 def test_the_wheels_are_what_hpo_needs_and_the_machine_lacks():
@@ -103,12 +132,18 @@ def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
     for name in ("install", "environment", "correctness", "knobs", "vs-bare", "compiled", "probe_first"):
         assert f"\n{name}: " in "\n" + proc.stdout
     assert "scripts/gpu-check" in proc.stdout and "bench-vs-bare" in proc.stdout and "big-compiled.yaml" in proc.stdout
+    # probe_first has no cap of its own: it gets what the others leave, which is not the whole budget.
+    rest = BUDGET_S - sum(s.cap_s for s in Plan(REPO, tmp_path / "o", tmp_path / "w", "cpu", None, toy=False).steps()[:-1])
+    assert (
+        f"probe_first: a probe_first study of search_spaces/gpu.yaml, alone (the rest of the {BUDGET_S:.0f} s budget: "
+        in proc.stdout
+    )
+    assert f"at least {rest:.0f} s)" in proc.stdout and f"at most {BUDGET_S:.0f} s" not in proc.stdout
 
 
 @pytest.mark.slow
 def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
-    out, wheels = tmp_path / "out", tmp_path / "wheels"  # none: this venv has every package, for its own Python
-    wheels.mkdir()
+    out = tmp_path / "out"  # no --wheels: a toy run uses this venv's packages
     steps = "install,environment,correctness,compiled"
     proc = subprocess.run(
         [
@@ -117,8 +152,6 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
             "--toy",
             "--out",
             str(out),
-            "--wheels",
-            str(wheels),
             "--only",
             steps,
             "--budget",
@@ -141,6 +174,7 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert all(s["result"] == "ok" for s in record["steps"]), record["steps"]
     assert record["meta"]["torch"] and record["meta"]["toy"] and "attention" in record["doctor"]
     assert record["meta"]["commit"] == "abc1234"  # as sent: the device's copy of the tree may have no .git
+    assert record["missing"] == []  # this venv has git and every package; a toy run asks for no GPU
     rows = [json.loads(line) for line in (out / f"gpu-check-{kind}.jsonl").read_text().splitlines()]
     assert {row["stream"] for row in rows} == {"attention", "optimizer"} and all(r["verdict"] == "ok" for r in rows)
     assert record["joint"]["trials"] and record["joint"]["best"][0]["verdict"] == "ok"

@@ -56,3 +56,11 @@ def test_a_child_process_finds_the_benchmarks_from_any_folder(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(results.REPO / "benchmarks" / "host.py")
+
+
+def test_without_git_a_result_has_no_commit_or_the_one_it_was_sent_at(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no git (a GPU machine may lack it)
+    monkeypatch.delenv(results.COMMIT_ENV, raising=False)
+    assert results.run_meta(["scripts/bench-vs-bare"])["commit"] is None
+    monkeypatch.setenv(results.COMMIT_ENV, "abc1234")
+    assert results.run_meta(["scripts/bench-vs-bare"])["commit"] == "abc1234"

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 from conftest import MYSQL_ADMIN, POSTGRES_ADMIN
+from key_paths import edited
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret"
@@ -31,14 +32,7 @@ GOOD = {
 
 
 def _variant(**changes) -> dict:
-    space = yaml.safe_load(yaml.safe_dump(GOOD))
-    for path, value in changes.items():
-        *parents, leaf = path.split("__")
-        node = space
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    return space
+    return edited(GOOD, changes, sep="__")
 
 
 @dataclass

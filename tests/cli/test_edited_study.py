@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from key_paths import edited
 
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of
@@ -40,14 +41,7 @@ SETTINGS = {
 
 
 def _edited(changes: dict) -> dict:
-    space = yaml.safe_load(yaml.safe_dump(BASE))
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = space
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    return space
+    return edited(BASE, changes)
 
 
 def _hpo_run(tmp: Path, space: dict, *extra: str) -> subprocess.CompletedProcess:

@@ -139,10 +139,13 @@ def _sigint_at_default() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sent", "code", "says"),
-    [(signal.SIGINT, ExitCode.INTERRUPTED, "hpo: interrupted"), (signal.SIGTERM, ExitCode.TERMINATED, "SIGTERM: stopping")],
+    ("sent", "code", "says", "kind"),
+    [
+        (signal.SIGINT, ExitCode.INTERRUPTED, "hpo: interrupted", "interrupted"),
+        (signal.SIGTERM, ExitCode.TERMINATED, "SIGTERM: stopping", "terminated"),
+    ],
 )
-def test_a_run_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, sent, code, says):
+def test_a_run_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, sent, code, says, kind):
     space = _space(tmp_path, "fp32", max_steps=1_000_000)
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:
@@ -164,6 +167,12 @@ def test_a_run_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, sent, cod
                 run.kill()
     assert run.returncode == code, log.read_text()[-2000:]
     assert says in log.read_text()
+    # The trial it stopped is not left RUNNING: FAIL with the signal's verdict, and its retry queued.
+    study = optuna.load_study(study_name="codes", storage=f"sqlite:///{tmp_path / 'studies' / 'codes.db'}")
+    assert [t.state.name for t in study.trials] == ["FAIL", "WAITING"]
+    stopped, retry = study.trials
+    assert stopped.user_attrs["verdict"].startswith(f"{kind}: ")
+    assert retry.state == optuna.trial.TrialState.WAITING and retry.params == stopped.params
 
 
 # Sends SIGTERM from inside the commit of the first intermediate value the main thread stores, so

@@ -64,7 +64,7 @@ def test_run_best_export_train(tmp_path):
 
     run = hpo("run", str(space_file), "--in-process", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "trial #3 (budget 4)" in run.stderr and "step 8/8" in run.stderr  # progress lines
+    assert "trial #3 (4 of 4)" in run.stderr and "step 8/8" in run.stderr  # progress lines
     db = tmp_path / "studies" / "e2e.db"
     assert db.exists()
 

@@ -15,6 +15,7 @@ import optuna
 import pytest
 import yaml
 from conftest import toy_config
+from key_paths import edited
 
 from hpo.config.resolve import fixed_config, load_config
 from hpo.config.space import parse_space
@@ -55,14 +56,7 @@ FORMAT_1_CONFIG = TrialConfig(
 
 
 def _format1(**changes) -> dict:
-    raw = yaml.safe_load(FORMAT_1.read_text())
-    for path, value in changes.items():
-        *parents, leaf = path.split("__")
-        node = raw
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    return raw
+    return edited(yaml.safe_load(FORMAT_1.read_text()), changes, sep="__")
 
 
 def test_a_format_1_export_reads_as_the_config_it_recorded():

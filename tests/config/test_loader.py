@@ -83,7 +83,7 @@ def test_bad_params_name_path_rule_and_value(raw, message):
         ({"study": {"objectives": ["a", "b"], "directions": ["minimize"]}}, "needs one direction per objective"),
         ({"workload": {"name": "nope"}}, "workload.name: unknown workload 'nope'"),
         ({"workload": {"name": "causal_lm", "widht": 3}}, "workload.widht: unknown option for this workload"),
-        ({"params": {"n_layer": 3}}, "workload.n_layer: unknown option"),
+        ({"params": {"n_layer": 3}}, "params.n_layer: unknown option"),
         ({"study": {"objectives": ["val_accuracy"]}}, "study.objectives: workload 'causal_lm' reports"),
     ],
 )

@@ -3,10 +3,9 @@ study builds exactly that config from it; a config outside the space writes noth
 
 from __future__ import annotations
 
-import copy
-
 import optuna
 import pytest
+from key_paths import edited
 
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
@@ -49,13 +48,7 @@ def test_an_export_is_enqueued_as_a_waiting_trial(tmp_path):
 
 
 def _edit(exported: dict, path: str, value) -> dict:
-    edited = copy.deepcopy(exported)
-    *parents, leaf = path.split(".")
-    node = edited
-    for key in parents:
-        node = node[key]
-    node[leaf] = value
-    return edited
+    return edited(exported, {path: value})
 
 
 @pytest.mark.parametrize(

@@ -57,3 +57,12 @@ def test_a_step_longer_than_the_timed_cap_is_timed_once():
     step, calls = scripted([0.0, 0.15])
     timed = time_steps(step, CPU, TimingPolicy(warmup_steps=1, min_repeats=3, max_timed_s=0.1))
     assert len(timed.times_ms) == 1 and len(calls) == 2 and timed.best_ms >= 150
+
+
+def test_the_default_policy_leaves_a_first_call_untimed():
+    """What the probe, the slow proof and probe_first time with when they name no policy: a first
+    call (cuDNN attention builds its plan there) is one untimed step, never a timed one."""
+    step, calls = scripted([0.3, 0.01])
+    timed = time_steps(step, CPU)  # DEFAULT_POLICY, as every caller that names none
+    assert timed.warmup_steps == 1 and len(calls) == 1 + len(timed.times_ms)
+    assert max(timed.times_ms) < 150  # the 300 ms first call is in no timed step

@@ -42,7 +42,7 @@ def test_a_terminal_gets_a_live_bar_fed_by_the_trial_processes(tmp_path):
     assert "3/3" in screen and ("trial/s" in screen or "s/trial" in screen)  # tqdm's counter and rate
     assert "best " in screen  # the best value so far, on the bar
     assert "trial 2 step 2/2 val_" in screen  # an evaluation relayed from the trial process
-    assert "trial #2 (budget 3) complete [ok]" in screen  # finished trials are written above the bar
+    assert "trial #2 (3 of 3) complete [ok]" in screen  # finished trials are written above the bar
 
 
 @pytest.mark.slow
@@ -51,5 +51,5 @@ def test_without_a_terminal_each_event_is_one_line(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stderr.splitlines()
     assert any(line.startswith("  trial 1 step 2/2 val_") for line in lines)
-    assert any(line.startswith("trial #1 (budget 2) complete [ok]") and "elapsed" in line for line in lines)
+    assert any(line.startswith("trial #1 (2 of 2) complete [ok]") and "elapsed" in line for line in lines)
     assert "\r" not in run.stderr  # no bar redraws in a log

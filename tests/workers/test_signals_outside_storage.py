@@ -58,12 +58,22 @@ def test_the_in_process_deadline_rings_after_the_commit_it_fell_into(slow_commit
     assert engine.pool.checkedout() == 0
 
 
+class NoHandler(Exception):
+    """The signal reached the handler the test had before stop_on_signals: it installed none."""
+
+
+def _no_handler(signum, frame) -> None:
+    raise NoHandler(f"{signal.Signals(signum).name} reached the handler from before stop_on_signals")
+
+
 @pytest.mark.parametrize(("signum", "code", "kind"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_a_stop_signal_inside_a_commit_stops_the_worker_once_the_commit_is_done(slow_commits, signum, code, kind):
     engine, rows, send = slow_commits
-    # As in a terminal's foreground job: a test run started in the background (CI's `&`, `nohup`)
-    # inherits SIGINT ignored, which stop_on_signals rightly leaves ignored.
-    inherited = signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    # Not ignored, as in a terminal's foreground job (a test run started in the background, CI's `&`
+    # or `nohup`, inherits SIGINT ignored, which stop_on_signals rightly leaves ignored). Not the
+    # default either: without hpo's handler, SIGINT's would raise KeyboardInterrupt and end the whole
+    # pytest session, SIGTERM's would kill it; this one fails this test alone.
+    inherited = signal.signal(signum, _no_handler)
     send["signal"], before = signum, signal.getsignal(signum)
     try:
         with stop_on_signals(), pytest.raises(Stopped) as stopped:

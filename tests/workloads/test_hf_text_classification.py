@@ -209,5 +209,5 @@ def test_config_overrides_change_the_loaded_config_and_unknown_keys_are_one_line
     assert model.config.hidden_dropout_prob == 0.3
     with pytest.raises(UserInputError, match=r"config_overrides: \['hiden_dropout'\] are not attributes"):
         create_workload("hf_text_classification", {**raw, "config_overrides": {"hiden_dropout": 0.3}}).build_model("eager")
-    with pytest.raises(UserInputError, match="config_overrides: must be a mapping"):
+    with pytest.raises(UserInputError, match="workload.config_overrides: expected a mapping"):
         parse_options("hf_text_classification", {**raw, "config_overrides": [1, 2]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpo.app.export_as.winner import HF_ATTN, Winner, knobs_line
+from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
 from hpo.errors import UserInputError
 
 __all__ = ["hf_arguments"]
@@ -51,11 +51,18 @@ def hf_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     }
     if w.grad_checkpointing:
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}  # hpo's checkpointing is non-reentrant
+    notes = [f"# hpo trial {w.number}, knobs as observed: {knobs_line(w)}"]
+    model = {"attn_implementation": HF_ATTN[w.attention]} if w.transformers_model else {}
+    if not w.transformers_model:
+        notes.append(attention_note(w))
+    if w.grad_checkpointing and w.transformers_model is False:
+        # The Trainer's flag calls gradient_checkpointing_enable, which only a transformers model has.
+        args["gradient_checkpointing"] = False
+        del args["gradient_checkpointing_kwargs"]
+        notes.append(checkpointing_note(w))
     _current_names(args)
     if w.compile:
         args.update(torch_compile_backend=w.compile_backend, torch_compile_mode=w.compile)
-    model = {"attn_implementation": HF_ATTN[w.attention]}
-    notes = [f"# hpo trial {w.number}, knobs as observed: {knobs_line(w)}"]
     if w.sdpa_kernel:
         notes.append(
             f"# attention={w.attention}: the Trainer cannot pin an SDPA kernel; run trainer.train() inside "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpo.app.export_as.winner import HF_ATTN, Winner, knobs_line
+from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
 from hpo.knobs.registry import PRECISION_SPECS
 
 __all__ = ["lightning_arguments"]
@@ -30,17 +30,20 @@ def lightning_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list
             f"# grad_clip={w.grad_clip}: Lightning's gradient_clip_val refuses a fused optimizer under mixed precision; "
             f"clip in on_before_optimizer_step: torch.nn.utils.clip_grad_norm_(module.parameters(), {w.grad_clip})"
         )
-    notes.append(
-        f"# attention={w.attention}: Lightning has no attention setting; build the model with attn_implementation={HF_ATTN[w.attention]!r}"
-    )
+    notes.append(f"# batch_size={w.batch_size}: Lightning's Trainer has none; DataLoader(dataset, batch_size={w.batch_size})")
+    if w.transformers_model:
+        notes.append(
+            f"# attention={w.attention}: Lightning has no attention setting; build the model with "
+            f"attn_implementation={HF_ATTN[w.attention]!r}"
+        )
+    else:
+        notes.append(attention_note(w))
     if w.sdpa_kernel:
         notes.append(
             f"# Lightning cannot pin an SDPA kernel: wrap trainer.fit() in torch.nn.attention.sdpa_kernel(SDPBackend.{w.sdpa_kernel})"
         )
     if w.grad_checkpointing:
-        notes.append(
-            "# grad_checkpointing: Lightning has no flag; call model.gradient_checkpointing_enable({'use_reentrant': False}) in configure_model"
-        )
+        notes += ["# grad_checkpointing: Lightning has no flag; in configure_model:", checkpointing_note(w)]
     if w.compile:
         notes.append(
             f"# compile: Lightning has no flag; torch.compile(model, backend={w.compile_backend!r}, mode={w.compile!r}) before fit"

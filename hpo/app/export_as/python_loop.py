@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpo.app.export_as.winner import HF_ATTN, Winner, knobs_line
+from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
 from hpo.errors import UserInputError
 
 __all__ = ["python_snippet"]
@@ -26,10 +26,15 @@ def python_snippet(w: Winner) -> str:
         "def train(model, batches, loss_fn):",
         f'    """{w.max_steps} steps; `batches` yields inputs, `loss_fn(model, batch)` returns the loss."""',
         f"    torch.manual_seed({w.seed})",
-        f"    # attention: load a transformers model with attn_implementation={HF_ATTN[w.attention]!r}",
     ]
-    if w.grad_checkpointing:
-        lines.append("    model.gradient_checkpointing_enable({'use_reentrant': False})  # a transformers model")
+    if w.transformers_model:
+        lines.append(f"    # attention: load the model with attn_implementation={HF_ATTN[w.attention]!r}")
+        if w.grad_checkpointing:
+            lines.append("    model.gradient_checkpointing_enable({'use_reentrant': False})")
+    else:
+        lines.append(f"    {attention_note(w)}")
+        if w.grad_checkpointing:
+            lines.append(f"    {checkpointing_note(w)}")
     lines.append(f"    optimizer = torch.optim.AdamW(model.parameters(), lr={w.lr!r}, weight_decay={w.weight_decay!r}, {flags})")
     lines.append(
         f"    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / {max(w.warmup_steps, 1)}))"

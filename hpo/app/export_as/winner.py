@@ -12,10 +12,13 @@ from hpo.errors import UserInputError
 from hpo.knobs.registry import ATTENTION_SPECS, KNOB_NAMES
 from hpo.records import RecordKey
 
-__all__ = ["HF_ATTN", "Winner", "knobs_line", "winner_of"]
+__all__ = ["HF_ATTN", "TRANSFORMERS_WORKLOADS", "Winner", "attention_note", "checkpointing_note", "knobs_line", "winner_of"]
 
 # hpo attention value -> transformers attn_implementation (SDPA kernels are pinned around the step).
 HF_ATTN = {"eager": "eager", "flash_attn": "flash_attention_2", **{n: "sdpa" for n in ATTENTION_SPECS if n.startswith("sdpa")}}
+# The built-in workloads whose model is a transformers model, where attn_implementation applies; the
+# other built-ins call hpo's attention_function, and a user's `module:Class` may be either.
+TRANSFORMERS_WORKLOADS = ("text_classification", "hf_text_classification", "hf_causal_lm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,12 @@ class Winner:
     @property
     def on_cpu(self) -> bool:
         return self.device.startswith("cpu")
+
+    @property
+    def transformers_model(self) -> bool | None:
+        """Whether the trial's model is a transformers model; None for a user's workload (unknown)."""
+        name = str(self.workload.get("name", ""))
+        return None if ":" in name else name in TRANSFORMERS_WORKLOADS
 
     @property
     def sdpa_kernel(self) -> str | None:
@@ -92,3 +101,27 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
 def knobs_line(w: Winner) -> str:
     """The comment line every export starts with."""
     return ", ".join(f"{k}={getattr(w, k)}" for k in KNOB_NAMES)
+
+
+def attention_note(w: Winner) -> str:
+    """How to get the trial's attention when the export cannot set it: attn_implementation only for
+    a transformers model; hpo's own attention layers take it from `attention_function`."""
+    own = f"its attention layers call hpo.knobs.attention.attention_function({w.attention!r})"
+    name = w.workload.get("name")
+    if w.transformers_model is False:
+        return f"# attention={w.attention}: workload {name} builds no transformers model (no attn_implementation); {own}"
+    return (
+        f"# attention={w.attention}: hpo cannot tell whether {name} builds a transformers model: if it does, load it "
+        f"with attn_implementation={HF_ATTN[w.attention]!r}; if not, {own}"
+    )
+
+
+def checkpointing_note(w: Winner) -> str:
+    """How to checkpoint as the trial did: `gradient_checkpointing_enable` is a transformers model's."""
+    enable = "model.gradient_checkpointing_enable({'use_reentrant': False})"
+    blocks = "wrap each of the workload's checkpoint_blocks in torch.utils.checkpoint.checkpoint(..., use_reentrant=False)"
+    if w.transformers_model:
+        return f"# grad_checkpointing: call {enable}"
+    if w.transformers_model is False:
+        return f"# grad_checkpointing: {w.workload.get('name')} builds no transformers model: {blocks}"
+    return f"# grad_checkpointing: on a transformers model call {enable}; on another, {blocks}"

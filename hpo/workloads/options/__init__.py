@@ -11,9 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from hpo.errors import UserInputError
+from hpo.workloads.options.typed_fields import build_dataclass, check_field
 
-__all__ = ["WorkloadOptions", "build_options"]
+__all__ = ["WorkloadOptions", "build_options", "check_field"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -24,12 +24,7 @@ class WorkloadOptions:
 
 
 def build_options(options_cls: type[WorkloadOptions], raw: Mapping[str, Any], where: str) -> WorkloadOptions:
-    """Construct `options_cls` from user keys, naming unknown keys and bad values."""
-    known = {f.name for f in dataclasses.fields(options_cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise UserInputError(f"{where}.{unknown[0]}: unknown option for this workload; known options: {sorted(known)}")
-    try:
-        return options_cls(**raw)
-    except (TypeError, ValueError) as exc:
-        raise UserInputError(f"{where}: {exc}") from None
+    """Construct `options_cls` from user keys: an unknown or missing key, or a value not of its
+    field's annotated type, is one line naming `where.<key>` (`hpo.workloads.options.typed_fields`);
+    then the dataclass's own checks run."""
+    return build_dataclass(options_cls, raw, where)

@@ -7,6 +7,7 @@ labels that differ between train and validation before any trial runs."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from hpo.workloads.options import WorkloadOptions
@@ -30,7 +31,8 @@ class HFTextClassificationOptions(WorkloadOptions):
     cache_dir: str | None = None  # tokenized data; default $HPO_CACHE_DIR or ~/.cache/hpo/tokenized
     # Config attributes to change when loading, as run_clm.py's --config_overrides: e.g.
     # {attention_probs_dropout_prob: 0.0} (with attention dropout, CPU SDPA runs only its math kernel).
-    config_overrides: Any = None
+    # Held as sorted (key, value) pairs, so the options stay hashable (their data is cached by them).
+    config_overrides: Mapping[str, Any] | None = None
 
     def overrides(self) -> dict[str, Any]:
         return dict(self.config_overrides or ())
