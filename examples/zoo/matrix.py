@@ -42,7 +42,10 @@ class ProbeRow:
     blame: str | None
     loss_rel_err: float | None
     grad_rel_err: float | None
-    # The bounds the errors were judged against, where this hpo's probe reports them.
+    # What rounding alone gives on this model under the value's precision, and the bounds the
+    # errors were judged against (`hpo.verify.bounds`); None where no numbers were compared.
+    loss_floor: float | None
+    grad_floor: float | None
     loss_bound: float | None
     grad_bound: float | None
     probe_s: float  # the probe's own time, building the models included
@@ -115,8 +118,10 @@ def probe_model(
                 blame=result.blame,
                 loss_rel_err=result.loss_rel_err,
                 grad_rel_err=result.grad_rel_err,
-                loss_bound=getattr(result, "loss_bound", None),
-                grad_bound=getattr(result, "grad_bound", None),
+                loss_floor=result.loss_floor,
+                grad_floor=result.grad_floor,
+                loss_bound=result.loss_bound,
+                grad_bound=result.grad_bound,
                 probe_s=time.perf_counter() - start,
                 observed=result.observed,
             )

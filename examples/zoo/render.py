@@ -98,8 +98,9 @@ def _details(models: dict) -> list[str]:
     lines = [
         "## Each probe",
         "",
-        "Relative errors of the compared step's loss and gradients against the reference's, with the bounds "
-        "they were judged against where this hpo reports them; the probe's cost includes building its models.",
+        "Relative errors of the compared step's loss and gradients against the reference's, each with the bound "
+        "it was judged against (the model's own rounding floor under that precision times a factor, "
+        "[probe bounds](failures.md#probe-bounds-each-models-own-rounding-floor)); the probe's cost includes building its models.",
         "",
         "| model | value | verdict | loss err (bound) | grad err (bound) | probe s |",
         "|---|---|---|---|---|---|",
