@@ -4,6 +4,8 @@ user's workload loads: by `examples.zoo.<module>:<Class>` from a search-space fi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -84,3 +86,12 @@ def test_every_model_loads_as_a_user_workload_with_its_metrics(name):
     workload = create_workload(model.workload, model.options)
     batch = next(workload.train_batches(2, seed=0))
     assert all(isinstance(t, torch.Tensor) for t in batch.values()) and workload.samples_in(batch) == 2
+
+
+def test_the_example_search_space_names_a_zoo_model_that_loads():
+    from hpo.config.space import load_space
+
+    space = load_space(Path(__file__).resolve().parents[2] / "examples" / "zoo" / "llama.yaml")
+    name = space.spec.workload.name
+    assert name == "examples.zoo.text:Llama" and space.systems["grad_checkpointing"] == [False, True]
+    assert create_workload(name, space.workload_options()).options.hidden == 32
