@@ -43,7 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="default benchmarks/results/zoo-<host kind>.json")
     p.add_argument("--markdown", type=Path, default=ROOT / "docs" / "zoo.md", help="the page written from the JSON")
     p.add_argument("--render", type=Path, help="write the page from this JSON and stop")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what the page says generated it
+    return args
 
 
 def _names(arg: str) -> list[str]:
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> dict:
     compiled = set(_names(args.compile_models))
     values, not_here = runnable_here(knob_values(), device)
     result = {
-        "command": "python -m examples.zoo.table " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python -m examples.zoo.table", *args.argv]),
         "host": host,
         "batch_size": BATCH_SIZE,
         "trains_steps": STEPS,
