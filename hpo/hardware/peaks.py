@@ -145,21 +145,26 @@ def measure_cpu_peak(precision: str, *, seconds: float = 0.5, refresh: bool = Fa
 
 def _timed_autocast_tflops(precision: str, seconds: float) -> float:
     """Best TFLOP/s of the ops a trial's layers dispatch, in `precision`, within about `seconds`."""
-    # Start at MIN_SIZE: an emulated dtype (fp16 on most CPUs) runs near 0.03 TFLOP/s, and a 2048^3
-    # product would take a second; smaller products time OpenMP's barriers more than the kernel, and
-    # on a loaded host they stopped the growth early (0.0009 TFLOP/s for fp32). Grow while one product
-    # takes under a tenth of the budget, then repeat at the largest size until the budget is spent.
+    # Start at MIN_SIZE: smaller products time OpenMP's barriers more than the kernel, and on a loaded
+    # host they stopped the growth early (0.0009 TFLOP/s for fp32). Grow while the next size's REPEATS
+    # products of each op fit the budget (a product 8 times this one's), so an emulated dtype (fp16
+    # on most CPUs, near 0.03 TFLOP/s) stays small; then repeat at that size until the budget is spent.
     size, best, deadline = MIN_SIZE, 0.0, time.perf_counter() + seconds
     while True:
         elapsed = _shortest_product(precision, size, repeats=1)
         best = max(best, 2 * size**3 / elapsed / 1e12)
-        if elapsed >= seconds / 10 or size >= MAX_SIZE or time.perf_counter() >= deadline:
+        if 8 * elapsed * len(_OPS) * (REPEATS + 1) > seconds or size >= MAX_SIZE:
             break
         size *= 2
     while True:
         best = max(best, 2 * size**3 / _shortest_product(precision, size, repeats=REPEATS) / 1e12)
         if time.perf_counter() >= deadline:
             return best
+
+
+# The ops a trial's layers reach under autocast: a Linear with a bias (addmm on a transposed
+# weight), and a plain matmul (attention's products, a Linear without a bias).
+_OPS = (lambda x, weight, bias: F.linear(x, weight, bias), lambda x, weight, bias: torch.matmul(x, weight))
 
 
 def _shortest_product(precision: str, size: int, repeats: int) -> float:
@@ -169,11 +174,11 @@ def _shortest_product(precision: str, size: int, repeats: int) -> float:
     region = torch.autocast("cpu", dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
     shortest = math.inf
     with torch.no_grad(), region:
-        for op in (lambda: F.linear(x, weight, bias), lambda: torch.matmul(x, weight)):
-            op()  # a first call is not a speed
+        for op in _OPS:
+            op(x, weight, bias)  # a first call is not a speed
             for _ in range(repeats):
                 start = time.perf_counter()
-                op()
+                op(x, weight, bias)
                 shortest = min(shortest, time.perf_counter() - start)
     return shortest
 
