@@ -39,6 +39,8 @@ __all__ = [
     "inductor_backend",
     "mark_dynamic_width",
     "preloaded_torch_modules",
+    "normalizes_over_the_batch",
+    "rounding_mode",
 ]
 
 
@@ -232,3 +234,33 @@ def install_scheduler_tracked_step(optimizer, step) -> None:
 
     tracked._wrapped_by_lr_sched = True
     optimizer.step = tracked
+
+
+def normalizes_over_the_batch(module: torch.nn.Module) -> bool:
+    """Whether `module` normalises by its batch's statistics in train mode: every BatchNorm
+    (1d/2d/3d, lazy and SyncBatchNorm) derives from `torch.nn.modules.batchnorm._BatchNorm` (torch
+    2.13.0 and 2.14.1). If the base is renamed, list the public classes instead."""
+    import torch
+
+    return isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+
+
+def rounding_mode(round_tensor):
+    """A dispatch mode inside which every op's floating inputs and outputs pass through
+    `round_tensor`, forward and backward: `TorchDispatchMode` and `tree_map` from
+    `torch.utils._python_dispatch` and `torch.utils._pytree`, and an op's `_schema.is_mutable`
+    (torch 2.13.0 and 2.14.1). Views and in-place ops pass untouched: their outputs alias their
+    inputs, and returning a fresh tensor from them breaks autograd's view tracking. If these move,
+    torch's own tests of `TorchDispatchMode` show where."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    class Rounding(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func.is_view or func._schema.is_mutable:
+                return func(*args, **kwargs)
+            args, kwargs = tree_map(round_tensor, args), tree_map(round_tensor, kwargs)
+            return tree_map(round_tensor, func(*args, **kwargs))
+
+    return Rounding()

@@ -16,6 +16,7 @@ from hpo.errors import UserInputError
 from hpo.hardware import probes
 from hpo.hardware.peaks import peak_for
 from hpo.hardware.runtime import resolve_device
+from hpo.knobs.registry import PRECISION_SPECS
 from hpo.study.samplers import PRUNERS, sampler_requirements
 from hpo.verify.not_runnable import MachineCheck
 from hpo.verify.runnable import check_values, registry_values
@@ -72,7 +73,7 @@ def _rows(check: MachineCheck, knob: str) -> dict:
 def _peaks(device: torch.device) -> dict:
     """MFU's denominators here: published for known GPUs, measured (and cached) on a CPU."""
     rows = {}
-    for precision in ("fp32", "bf16", "fp16"):
+    for precision in PRECISION_SPECS:
         peak = peak_for(device, precision, probes.device_model(device))
         rows[precision] = None if peak is None else {"tflops": round(peak.tflops, 4), "source": peak.source}
     return rows

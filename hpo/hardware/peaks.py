@@ -27,10 +27,10 @@ import torch.nn.functional as F
 
 from hpo.files import write_atomic
 from hpo.hardware.probes import cpu_model
+from hpo.knobs.registry import PRECISION_SPECS
 
 __all__ = ["GPU_PEAKS", "Peak", "measure_cpu_peak", "peak_for", "utilization"]
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 METHOD = "autocast-linear-matmul"
 QUIET_MEASUREMENTS = 3  # measurements, at different times, before a cached CPU figure is trusted
 REPEATS = 5  # timed products at the largest size, at least, in each measurement
@@ -169,7 +169,7 @@ _OPS = (lambda x, weight, bias: F.linear(x, weight, bias), lambda x, weight, bia
 
 def _shortest_product(precision: str, size: int, repeats: int) -> float:
     """The shortest time of one size x size product among the timed ops, each after an untimed call."""
-    dtype = DTYPES[precision]
+    dtype = getattr(torch, PRECISION_SPECS[precision].dtype)
     x, weight, bias = torch.randn(size, size), torch.randn(size, size), torch.randn(size)
     region = torch.autocast("cpu", dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
     shortest = math.inf

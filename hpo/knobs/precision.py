@@ -109,4 +109,4 @@ def precision_plugin(name: str, device_type: str) -> Precision:
         return Precision()
     # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.
     scaler = torch.amp.GradScaler(device_type) if spec.scaled else None
-    return MixedPrecision(DTYPES[name], device_type, scaler)
+    return MixedPrecision(getattr(torch, spec.dtype), device_type, scaler)

@@ -7,6 +7,7 @@ import torch
 
 from hpo.config.trial import Knobs
 from hpo.hardware import peaks
+from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import TorchDispatchMode
 
 GPU = torch.device("cuda", 0)
@@ -166,7 +167,7 @@ class _MatmulCalls(TorchDispatchMode):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_the_cpu_peak_times_the_kernels_autocast_dispatches_for_a_trials_linear(precision):
-    dtype = peaks.DTYPES[precision]
+    dtype = getattr(torch, PRECISION_SPECS[precision].dtype)
     layer = torch.nn.Linear(32, 32)
     with _MatmulCalls() as trial, torch.autocast("cpu", dtype=dtype):
         layer(torch.randn(4, 32))
