@@ -116,6 +116,13 @@ class TrialRecord(_Record):
         description="the trial's fastest steady training step over the fp32/eager reference's step: what the slow check "
         "judged (on a Lightning trial, the probe's timed step)",
     )
+    slowdown_timed_apart_s: float | None = Field(
+        None,
+        description="seconds between the reference's timing and this trial's training: `slowdown` divides steps timed "
+        "that far apart, not side by side, so a machine busier at one moment than the other moves it (a `slow` "
+        "verdict is only given after timing both side by side); null when the reference's time is unknown or the "
+        "trial recorded no slowdown",
+    )
     slow_not_confirmed: str | None = Field(
         None,
         description="what the slow check first measured, when timing the knobs again beside the reference found "
@@ -213,6 +220,7 @@ class RecordKey:
     ERROR_TRACEBACK = "error_traceback"
     PROBE_REFERENCE_REUSED = "probe_reference_reused"
     SLOWDOWN = "slowdown"
+    SLOWDOWN_TIMED_APART_S = "slowdown_timed_apart_s"
     SLOW_NOT_CONFIRMED = "slow_not_confirmed"
     SLOW_NOT_JUDGED = "slow_not_judged"
     PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
