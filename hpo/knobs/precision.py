@@ -83,7 +83,7 @@ class MixedPrecision(Precision):
         """Step unless the gradients are inf/NaN, as GradScaler.step does. `found_inf`, when the caller
         has read `self.found_inf()` already, spares the host read GradScaler.step makes for optimizers
         without their own scaling (`_maybe_opt_step`'s `.item()`); fused ones get the flag on the
-        device through GradScaler.step, as before, and skip inside their kernel."""
+        device through GradScaler.step and skip inside their kernel."""
         if self.scaler is None:
             optimizer.step()
             return
