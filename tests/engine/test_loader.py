@@ -121,3 +121,21 @@ def test_dali_is_not_proposed_where_it_cannot_run_before_the_first_trial():
     assert check.value_why("loader", "dali").startswith("loader=dali needs NVIDIA DALI")
     assert check.value_why("loader", "torch") is None
     assert not nothing_left(space.checked_systems, check.parts())
+
+
+def test_searched_loader_settings_are_suggested_exported_and_leave_old_studies_unchanged():
+    import optuna
+
+    from hpo.config.resolve import fixed_config
+    from hpo.study.suggest import suggest_config
+
+    space = parse_space(
+        {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"num_workers": [0, 2], "pin_memory": True}}, "t"
+    )
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    config = suggest_config(trial, space)
+    assert trial.params == {"num_workers": config.loader.num_workers} and config.loader.pin_memory
+    assert fixed_config(parse_space(config.to_dict(), "export")).loader == config.loader
+    old = parse_space({"workload": {"name": "loader_workloads:DatasetToy"}}, "old")
+    assert set(old.fingerprint()["systems"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
+    assert "num_workers" not in old.raw.get("systems", {}) and "pin_memory" not in fixed_config(old).to_dict()["systems"]
