@@ -38,6 +38,7 @@ def capability_report(device: torch.device) -> dict:
         "precision": precision,
         "attention": _rows(check, "attention"),
         "optimizer": _rows(check, "optimizer"),
+        "loader": _rows(check, "loader"),
         "unchecked": list(check.unchecked),
         "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
@@ -84,7 +85,7 @@ def format_report(report: dict) -> str:
         f"device        {report['device']} ({report['device_type']}, {report['cuda_devices']} CUDA devices)",
         f"software      torch {report['torch_version']}, hpo {report['hpo_version']}, python {report['python']}",
     ]
-    for section in ("precision", "attention", "optimizer", "sampler", "pruner"):
+    for section in ("precision", "attention", "optimizer", "loader", "sampler", "pruner"):
         lines.append(f"{section}:")
         for name, cap in report[section].items():
             mark = "yes" if cap["usable"] else "no "

@@ -25,10 +25,14 @@ __all__ = [
     "COMPILE_SPECS",
     "KNOBS",
     "KNOB_NAMES",
+    "LOADER_KNOBS",
+    "LOADER_SPECS",
     "OPTIMIZER_SPECS",
     "PRECISION_SPECS",
     "AttentionSpec",
     "CompileSpec",
+    "LoaderKnob",
+    "LoaderSpec",
     "Needs",
     "OptimizerEvidence",
     "OptimizerSpec",
@@ -115,6 +119,25 @@ class CompileSpec:
     name: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoaderSpec:
+    """An input-pipeline backend (`systems.loader`): what builds a trial's batches from a workload's dataset."""
+
+    name: str
+    needs: Needs = field(default_factory=Needs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderKnob:
+    """A DataLoader setting searched like a knob (`systems.<name>`). What it means and what proves it
+    ran are in `hpo.engine.loader`; here: its default and what it needs to apply at all."""
+
+    name: str
+    default: Any
+    needs_workers: bool = False  # only a loader with worker processes has it: with num_workers 0 it is refused
+    applies_on: tuple[str, ...] = ()  # device types it does anything on; elsewhere recorded as not observed (null)
+
+
 S = TypeVar("S")
 
 
@@ -198,6 +221,22 @@ COMPILE_SPECS: dict[str, CompileSpec] = _by_name(
     CompileSpec(name="default"), CompileSpec(name="reduce-overhead"), CompileSpec(name="max-autotune")
 )
 
+LOADER_SPECS: dict[str, LoaderSpec] = _by_name(
+    LoaderSpec(name="torch"),
+    # No DALI pipeline is built: the value exists so that a space naming it is refused before the
+    # first trial where it cannot run, and at its trial everywhere else.
+    LoaderSpec(name="dali", needs=Needs(package="nvidia_dali", devices=("cuda",))),
+)
+
+# The input-pipeline settings, in the order configs and records list them (hpo.engine.loader).
+LOADER_KNOBS: dict[str, LoaderKnob] = _by_name(
+    LoaderKnob(name="loader", default="torch"),
+    LoaderKnob(name="num_workers", default=0),
+    LoaderKnob(name="pin_memory", default=False, applies_on=("cuda",)),
+    LoaderKnob(name="prefetch_factor", default=None, needs_workers=True),
+    LoaderKnob(name="persistent_workers", default=False, needs_workers=True),
+)
+
 # The five knobs, in the order configs, exports and records list them. grad_checkpointing is a bool.
 KNOBS: dict[str, Mapping[str, Any] | None] = {
     "precision": PRECISION_SPECS,
@@ -211,7 +250,7 @@ KNOB_NAMES: tuple[str, ...] = tuple(KNOBS)
 
 def spec_for(knob: str, value: str) -> Any:
     """The spec of `value` for `knob`; an unknown value raises an error naming the valid ones."""
-    table = KNOBS.get(knob)
+    table = LOADER_SPECS if knob == "loader" else KNOBS.get(knob)
     if table is None:
         raise KeyError(f"knob must be one of {[k for k, t in KNOBS.items() if t]}, got {knob!r}")
     if value not in table:
