@@ -100,9 +100,25 @@ def nvidia_apex_optimizers() -> ModuleType:
     return module
 
 
+def nvidia_dali() -> ModuleType:
+    """NVIDIA DALI (`pip install nvidia-dali-cuda120` on a CUDA machine): only its presence is checked,
+    hpo builds no DALI pipeline yet, so a trial asking for it is refused (hpo.engine.loader)."""
+    module = _import("nvidia.dali")
+    if module is None:
+        raise KnobUnavailable(
+            "loader=dali needs NVIDIA DALI: pip install nvidia-dali-cuda120 (on a CUDA machine)", [("loader", "dali")]
+        )
+    return module
+
+
 # Optional packages a knob value may need: the name knob specs use (hpo.knobs.registry.Needs) ->
 # the loader above. Looked up by name at call time, so a test that replaces a loader is obeyed.
-OPTIONAL_PACKAGES = {"flash_attn": "flash_attn", "xformers": "xformers_ops", "apex": "nvidia_apex_optimizers"}
+OPTIONAL_PACKAGES = {
+    "flash_attn": "flash_attn",
+    "xformers": "xformers_ops",
+    "apex": "nvidia_apex_optimizers",
+    "nvidia_dali": "nvidia_dali",
+}
 
 
 def require(package: str) -> ModuleType:

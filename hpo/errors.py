@@ -156,27 +156,35 @@ def short_traceback(exc: BaseException) -> str:
     return text if len(text) <= TRACEBACK_CHARS else "...\n" + text[-TRACEBACK_CHARS:]
 
 
-# torch.compile's exceptions all derive from this class (torch/_dynamo/exc.py, torch 2.13), matched
-# by name so that this module imports no torch. An op that raises while Dynamo traces it with fake
-# tensors surfaces as TorchRuntimeError "RuntimeError when making fake tensor call", raised `from
-# None` over an Unsupported whose __cause__ is the op's own error (torch/_dynamo/utils.py,
-# `_wrap_graph_break_with_torch_runtime_err`); BackendCompilerFailed keeps its as `inner_exception`.
+# torch.compile's exceptions all derive from this class (torch/_dynamo/exc.py, torch 2.13 and 2.14),
+# matched by name so that this module imports no torch. An op that raises while Dynamo traces it with
+# fake tensors surfaces as TorchRuntimeError "RuntimeError when making fake tensor call". torch 2.13.0
+# raises it `from None` over an Unsupported whose __cause__ is the op's own error (torch/_dynamo/utils.py,
+# `_wrap_graph_break_with_torch_runtime_err`). torch 2.14.1 (`get_fake_value`, `run_node` and
+# `exception_handler` in symbolic_convert.py) first wraps the op's error in a plain RuntimeError
+# "Dynamo failed to run FX node with fake tensors: ..." (`from` the op's error), raises an
+# ObservedRuntimeError while handling it (so it is that one's __context__, not suppressed), then
+# FakeTensorObservedException and TorchRuntimeError, each `from None`. BackendCompilerFailed keeps its
+# cause as `inner_exception`.
 DYNAMO_BASE = "TorchDynamoException"
+FAKE_TENSOR_WRAPPER = "Dynamo failed to run FX node with fake tensors"
 
 
 def is_dynamo_wrapper(exc: BaseException) -> bool:
-    return DYNAMO_BASE in {cls.__name__ for cls in type(exc).__mro__}
+    if DYNAMO_BASE in {cls.__name__ for cls in type(exc).__mro__}:
+        return True
+    return type(exc) is RuntimeError and exc.__cause__ is not None and str(exc).startswith(FAKE_TENSOR_WRAPPER)
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
     """The exception, then what it wraps (dynamo's `inner_exception`, `__cause__`, and the context
-    Dynamo hides with `raise ... from None`), outermost first."""
+    Dynamo hides with `raise ... from None` or keeps by raising in an `except`), outermost first."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        hidden = current.__context__ if is_dynamo_wrapper(current) and current.__suppress_context__ else None
+        hidden = current.__context__ if is_dynamo_wrapper(current) else None
         current = getattr(current, "inner_exception", None) or current.__cause__ or hidden
 
 

@@ -72,6 +72,21 @@ class TrialRecord(_Record):
         description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and "
         "`grad_scaler`; empty when the trial was rejected before any step ran",
     )
+    loader_requested: dict[str, Any] | None = Field(
+        None,
+        description="the input pipeline as asked: `loader`, `num_workers`, `pin_memory`, `prefetch_factor`, "
+        "`persistent_workers` (see Input pipeline)",
+    )
+    loader_observed: dict[str, Any] | None = Field(
+        None,
+        description="what delivered the batches: `workers` (worker processes that made batches), `main_process`, "
+        "`pinned` (null where pinning does nothing: no CUDA device), `batches_checked` (first batches matched "
+        "against num_workers=0), `data_wait_ms` (median wait per step) and `core_split` (a CPU trial's cores, "
+        "workers and torch threads)",
+    )
+    data_wait_share: float | None = Field(
+        None, description="seconds the training steps waited for their next batch over the seconds of training"
+    )
     verdict_implicates: list[list[Any]] | None = Field(
         None,
         description="the knob values a rejection blames, as [knob, value] pairs that fail together (the sampler avoids them)",
@@ -115,6 +130,13 @@ class TrialRecord(_Record):
         None,
         description="the trial's fastest steady training step over the fp32/eager reference's step: what the slow check "
         "judged (on a Lightning trial, the probe's timed step)",
+    )
+    slowdown_timed_apart_s: float | None = Field(
+        None,
+        description="seconds between the reference's timing and this trial's training: `slowdown` divides steps timed "
+        "that far apart, not side by side, so a machine busier at one moment than the other moves it (a `slow` "
+        "verdict is only given after timing both side by side); null when the reference's time is unknown or the "
+        "trial recorded no slowdown",
     )
     slow_not_confirmed: str | None = Field(
         None,
@@ -197,6 +219,9 @@ class RecordKey:
     CONFIG = "config"
     KNOBS_REQUESTED = "knobs_requested"
     KNOBS_OBSERVED = "knobs_observed"
+    LOADER_REQUESTED = "loader_requested"
+    LOADER_OBSERVED = "loader_observed"
+    DATA_WAIT_SHARE = "data_wait_share"
     VERDICT_IMPLICATES = "verdict_implicates"
     VERDICT_KEY = "verdict_key"
     TRAINER = "trainer"
@@ -213,6 +238,7 @@ class RecordKey:
     ERROR_TRACEBACK = "error_traceback"
     PROBE_REFERENCE_REUSED = "probe_reference_reused"
     SLOWDOWN = "slowdown"
+    SLOWDOWN_TIMED_APART_S = "slowdown_timed_apart_s"
     SLOW_NOT_CONFIRMED = "slow_not_confirmed"
     SLOW_NOT_JUDGED = "slow_not_judged"
     PROBE_LOSS_REL_ERR = "probe_loss_rel_err"

@@ -1,23 +1,26 @@
 """Every private torch API hpo uses, in one place (as `hpo.storage.optuna_compat` is for Optuna's).
 
 torch promises nothing about names that start with an underscore: each one below says the torch
-version it was read from and what to do when it changes or disappears. Nothing else in hpo touches
-a private torch attribute (a test scans the package). The module is imported only by modules that
-already import torch, except for `PRELOADED_TORCH_MODULES`: importing this module does not import
-torch (the study's worker reads that list and never imports torch), so each function imports it.
+versions it was read from (2.13.0, the version CI tests, and 2.14.1, the newest that CI runs a layer
+on: scripts/test-torch-newest) and what to do when it changes or disappears. Where the two differ,
+the function says what each version needs. Nothing else in hpo touches a private torch attribute (a
+test scans the package). The module is imported only by modules that already import torch, except
+for `preloaded_torch_modules`: importing this module does not import torch (the study's worker
+reads that list and never imports torch), so each function imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "PRELOADED_TORCH_MODULES",
     "cpu_has_native_bf16",
     "COMPILE_PROFILER_RANGES",
     "compile_cache_key_tag",
@@ -35,13 +38,32 @@ __all__ = [
     "tensor_version",
     "inductor_backend",
     "mark_dynamic_width",
+    "preloaded_torch_modules",
+    "normalizes_over_the_batch",
+    "rounding_mode",
 ]
 
 
-# Submodules the forkserver imports once for every trial process (torch 2.13.0): torch._dynamo (the
-# optimizers and the profiler import it lazily) and the profiler's CUPTI monitor. If one is gone,
-# drop it from the list: preloading only saves start-up time.
-PRELOADED_TORCH_MODULES = ("torch._dynamo", "torch.profiler._cupti_monitor")
+def preloaded_torch_modules() -> tuple[str, ...]:
+    """Submodules torch imports lazily in every trial process, which the forkserver imports once
+    instead: torch._dynamo (the optimizers and the profiler import it; torch 2.13.0 and 2.14.1) and,
+    before torch 2.14, the CUPTI monitor, which torch 2.13.0's `record_function` imports on its first
+    call (`_maybe_cupti_monitor` in torch/autograd/profiler.py). torch 2.14.1 moved that module to
+    `torch.profiler._cupti.monitor` and no longer imports it from `record_function`, so there is
+    nothing of it to preload. The version is read from torch's metadata, which imports no torch. If a
+    name is gone in a later torch, drop it for that version: preloading only saves start-up time."""
+    lazy = ("torch._dynamo",)
+    return (*lazy, "torch.profiler._cupti_monitor") if _torch_release() < (2, 14) else lazy
+
+
+def _torch_release() -> tuple[int, int]:
+    """The installed torch's (major, minor), from its package metadata ("2.14.1+cu130": (2, 14));
+    a torch installed without metadata counts as the newest this module knows."""
+    try:
+        found = re.match(r"(\d+)\.(\d+)", importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        found = None
+    return (int(found[1]), int(found[2])) if found else (2, 14)
 
 
 def __getattr__(name: str) -> Any:
@@ -212,3 +234,33 @@ def install_scheduler_tracked_step(optimizer, step) -> None:
 
     tracked._wrapped_by_lr_sched = True
     optimizer.step = tracked
+
+
+def normalizes_over_the_batch(module: torch.nn.Module) -> bool:
+    """Whether `module` normalises by its batch's statistics in train mode: every BatchNorm
+    (1d/2d/3d, lazy and SyncBatchNorm) derives from `torch.nn.modules.batchnorm._BatchNorm` (torch
+    2.13.0 and 2.14.1). If the base is renamed, list the public classes instead."""
+    import torch
+
+    return isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+
+
+def rounding_mode(round_tensor):
+    """A dispatch mode inside which every op's floating inputs and outputs pass through
+    `round_tensor`, forward and backward: `TorchDispatchMode` and `tree_map` from
+    `torch.utils._python_dispatch` and `torch.utils._pytree`, and an op's `_schema.is_mutable`
+    (torch 2.13.0 and 2.14.1). Views and in-place ops pass untouched: their outputs alias their
+    inputs, and returning a fresh tensor from them breaks autograd's view tracking. If these move,
+    torch's own tests of `TorchDispatchMode` show where."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    class Rounding(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func.is_view or func._schema.is_mutable:
+                return func(*args, **kwargs)
+            args, kwargs = tree_map(round_tensor, args), tree_map(round_tensor, kwargs)
+            return tree_map(round_tensor, func(*args, **kwargs))
+
+    return Rounding()

@@ -16,6 +16,7 @@ from hpo.errors import UserInputError
 from hpo.hardware import probes
 from hpo.hardware.peaks import peak_for
 from hpo.hardware.runtime import resolve_device
+from hpo.knobs.registry import PRECISION_SPECS
 from hpo.study.samplers import PRUNERS, sampler_requirements
 from hpo.verify.not_runnable import MachineCheck
 from hpo.verify.runnable import check_values, registry_values
@@ -37,6 +38,7 @@ def capability_report(device: torch.device) -> dict:
         "precision": precision,
         "attention": _rows(check, "attention"),
         "optimizer": _rows(check, "optimizer"),
+        "loader": _rows(check, "loader"),
         "unchecked": list(check.unchecked),
         "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
@@ -72,7 +74,7 @@ def _rows(check: MachineCheck, knob: str) -> dict:
 def _peaks(device: torch.device) -> dict:
     """MFU's denominators here: published for known GPUs, measured (and cached) on a CPU."""
     rows = {}
-    for precision in ("fp32", "bf16", "fp16"):
+    for precision in PRECISION_SPECS:
         peak = peak_for(device, precision, probes.device_model(device))
         rows[precision] = None if peak is None else {"tflops": round(peak.tflops, 4), "source": peak.source}
     return rows
@@ -83,7 +85,7 @@ def format_report(report: dict) -> str:
         f"device        {report['device']} ({report['device_type']}, {report['cuda_devices']} CUDA devices)",
         f"software      torch {report['torch_version']}, hpo {report['hpo_version']}, python {report['python']}",
     ]
-    for section in ("precision", "attention", "optimizer", "sampler", "pruner"):
+    for section in ("precision", "attention", "optimizer", "loader", "sampler", "pruner"):
         lines.append(f"{section}:")
         for name, cap in report[section].items():
             mark = "yes" if cap["usable"] else "no "

@@ -38,8 +38,8 @@ def fastest_within(study: optuna.Study, percent: float) -> FrozenTrial:
 
 
 def front_table(trials: list[FrozenTrial], metric_names: list[str]) -> str:
-    """A plain-text table: trial, the objectives, samples/s, peak memory, MFU, the knobs."""
-    header = ["trial", *metric_names, "samples/s", "peak MB", "MFU", *KNOB_NAMES]
+    """A plain-text table: trial, the objectives, samples/s, data wait share, peak memory, MFU, the knobs."""
+    header = ["trial", *metric_names, "samples/s", "data wait", "peak MB", "MFU", *KNOB_NAMES]
     rows = [header] + [_row(t) for t in trials]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
@@ -51,6 +51,7 @@ def _row(trial: FrozenTrial) -> list[str]:
         str(trial.number),
         *(f"{v:.5g}" for v in trial.values or ()),
         _number(attrs.get(RecordKey.TRAIN_SAMPLES_PER_S), "{:.1f}"),
+        _number(attrs.get(RecordKey.DATA_WAIT_SHARE), "{:.0%}"),  # of training time, blocked on the next batch
         _number(attrs.get(RecordKey.PEAK_MEM_MB), "{:.0f}"),
         _number(attrs.get(RecordKey.MFU), "{:.2%}"),
         *(observed_knob(attrs, k) for k in KNOB_NAMES),  # as the evidence showed them ran

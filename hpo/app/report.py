@@ -136,13 +136,13 @@ def _trial_rows(study: optuna.Study) -> str:
         requested = a.get("knobs_requested") or {}
         knob_cells = "".join(_knob_cell(requested.get(k), observed_knob(a, k)) for k in KNOB_NAMES)
         values = "" if t.values is None or not Verdict.parse(a.get("verdict")).ok else ", ".join(f"{v:.4g}" for v in t.values)
-        speed = a.get("train_samples_per_s")
+        speed, wait = a.get("train_samples_per_s"), a.get(RecordKey.DATA_WAIT_SHARE)
         cells = (t.number, t.state.name, a.get("verdict", ""), values)
         rows.append(
             "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + knob_cells
-            + f"<td>{'' if speed is None else f'{speed:.1f}'}</td></tr>"
+            + f"<td>{'' if speed is None else f'{speed:.1f}'}</td><td>{'' if wait is None else f'{wait:.0%}'}</td></tr>"
         )  # fmt: skip
-    return _table(("trial", "state", "verdict", "values", *KNOB_NAMES, "samples/s"), rows)
+    return _table(("trial", "state", "verdict", "values", *KNOB_NAMES, "samples/s", "data wait"), rows)
 
 
 def _knob_cell(requested, observed: str) -> str:

@@ -111,7 +111,7 @@ def _runnable_here(space, who: str, in_child: bool, url: str | None) -> bool:
     from hpo.verify.not_runnable import nothing_left
 
     check = check_machine(space, in_child=in_child, storage_url=url)
-    if not nothing_left(space.systems, check.parts()):
+    if not nothing_left(space.checked_systems, check.parts()):
         return True
     print(f"{who}: no knob combination can run on this machine ({check.device}); not runnable here:", file=sys.stderr)
     print("\n".join(n.line() for n in check.not_runnable), file=sys.stderr)

@@ -10,15 +10,24 @@ from typing import Any
 from hpo.config.objectives import metric_direction, study_directions
 from hpo.config.params import Choices, Fixed, IntRange, ParamSpec, describe
 from hpo.config.space import SearchSpace, load_space
-from hpo.config.trial import TRAINING_KEYS, Knobs, Target, TrainingConfig, TrialConfig
+from hpo.config.trial import TRAINING_KEYS, Knobs, LoaderSettings, Target, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
 from hpo.workloads.registry import metrics_of
 
-__all__ = ["build_config", "fixed_config", "load_config", "representative_config", "representative_values", "searched_keys"]
+__all__ = [
+    "build_config",
+    "first_loader",
+    "fixed_config",
+    "load_config",
+    "representative_config",
+    "representative_values",
+    "searched_keys",
+]
 
 
-def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs) -> TrialConfig:
-    """The config of one trial: `values` holds a value for every param of the space."""
+def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs, loader: LoaderSettings | None = None) -> TrialConfig:
+    """The config of one trial: `values` holds a value for every param of the space; `loader`
+    (None: each setting's first value in the space) the input pipeline."""
     spec = space.spec
     training = TrainingConfig(
         max_steps=spec.workload.max_steps,
@@ -35,6 +44,7 @@ def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs) -> Tr
         workload_options={**space.workload_options(), **{k: v for k, v in values.items() if k not in TRAINING_KEYS}},
         training=training,
         knobs=knobs,
+        loader=loader if loader is not None else first_loader(space),
         seed=spec.study.seed,
         objectives=tuple(spec.study.objectives),
         directions=tuple(spec.study.directions),
@@ -58,8 +68,13 @@ def _target(spec) -> Target | None:
 def searched_keys(space: SearchSpace) -> dict[str, Any]:
     """Key path -> what the file searches there, for every param and knob that is not fixed."""
     params = {f"params.{k}": spec for k, spec in space.params.items() if not isinstance(spec, Fixed)}
-    knobs = {f"systems.{k}": choices for k, choices in space.systems.items() if len(choices) > 1}
+    knobs = {f"systems.{k}": choices for k, choices in {**space.systems, **space.loader}.items() if len(choices) > 1}
     return {**params, **knobs}
+
+
+def first_loader(space: SearchSpace) -> LoaderSettings:
+    """Each loader setting's first value in the space."""
+    return LoaderSettings(**{k: v[0] for k, v in space.loader.items()})
 
 
 def _middle(spec: ParamSpec):

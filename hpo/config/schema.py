@@ -3,11 +3,20 @@ boundary, with the user's key names."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hpo.knobs.values import KNOB_NAMES, PRECISION_ALIASES, Attention, CompileMode, OptimizerImpl, Precision
+from hpo.knobs.values import (
+    KNOB_NAMES,
+    LOADER_KNOB_NAMES,
+    PRECISION_ALIASES,
+    Attention,
+    CompileMode,
+    LoaderName,
+    OptimizerImpl,
+    Precision,
+)
 
 SamplerName = Literal["tpe", "random", "nsga2", "cmaes", "gp"]
 PrunerName = Literal["none", "median", "hyperband", "successive_halving"]
@@ -112,6 +121,13 @@ class SystemsSpec(_Strict):
     compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # Where trials run; not searched. "auto": the worker's GPU if there is one, else the CPU.
     device: str = Field(default="auto", pattern=DEVICE_PATTERN)
+    # The input pipeline (hpo.engine.loader), for a workload that gives hpo a dataset: searched like
+    # the knobs. prefetch_factor null: torch's default (2 batches per worker).
+    loader: list[LoaderName] | LoaderName = "torch"
+    num_workers: list[Annotated[int, Field(ge=0, le=64)]] | Annotated[int, Field(ge=0, le=64)] = 0
+    pin_memory: list[bool] | bool = False
+    prefetch_factor: list[Annotated[int, Field(ge=1)] | None] | Annotated[int, Field(ge=1)] | None = None
+    persistent_workers: list[bool] | bool = False
 
     @field_validator("precision", mode="before")
     @classmethod
@@ -128,6 +144,10 @@ class SystemsSpec(_Strict):
 
     def choices(self) -> dict[str, list]:
         return {name: _as_list(getattr(self, name)) for name in KNOB_NAMES}
+
+    def loader_choices(self) -> dict[str, list]:
+        """The input-pipeline settings, each as its list of values (one when fixed)."""
+        return {name: _as_list(getattr(self, name)) for name in LOADER_KNOB_NAMES}
 
 
 class SpaceFile(_Strict):

@@ -5,7 +5,7 @@ problem becomes a UserInputError naming the file, the key path, the rule and the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from hpo.config.objectives import SYSTEM_METRICS, metric_direction, study_direct
 from hpo.config.params import ParamSpec, candidates, check_training_param, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
-from hpo.config.trial import TRAINING_KEYS
+from hpo.config.trial import TRAINING_KEYS, LoaderSettings
 from hpo.errors import UserInputError
 from hpo.workloads.options import build_options, check_field
 from hpo.workloads.registry import metrics_of, options_class, parse_options
@@ -32,6 +32,17 @@ class SearchSpace:
     spec: SpaceFile
     params: dict[str, ParamSpec]
     systems: dict[str, list]
+    loader: dict[str, list] = field(default_factory=dict)  # the input-pipeline settings' values
+
+    @property
+    def checked_systems(self) -> dict[str, list]:
+        """The knobs plus the loader backend: the values checked on a machine before the first trial."""
+        return {**self.systems, **({"loader": self.loader["loader"]} if "loader" in self.loader else {})}
+
+    def loader_changed(self) -> dict[str, list]:
+        """The loader settings a file sets to other values than the defaults (a study's fingerprint
+        holds only these, so a study begun before they existed resumes)."""
+        return {k: v for k, v in self.loader.items() if v != [LoaderSettings().as_dict()[k]]}
 
     @property
     def study(self):
@@ -46,7 +57,7 @@ class SearchSpace:
         return {
             "workload": self.spec.workload.model_dump(),
             "params": {k: repr(v) for k, v in sorted(self.params.items())},
-            "systems": self.systems,
+            "systems": {**self.systems, **self.loader_changed()},
             "compile_backend": self.spec.systems.compile_backend,
             "objectives": self.study.objectives,
             "directions": self.study.directions,
@@ -71,7 +82,9 @@ def parse_space(raw: dict, source: str) -> SearchSpace:
         _check_workload(spec, params, where)
     except UserInputError as exc:
         raise UserInputError(f"{source}: {exc}") from None
-    return SearchSpace(source=source, raw=raw, spec=spec, params=params, systems=spec.systems.choices())
+    return SearchSpace(
+        source=source, raw=raw, spec=spec, params=params, systems=spec.systems.choices(), loader=spec.systems.loader_choices()
+    )
 
 
 def _current_format(raw: dict) -> tuple[dict, Callable[[str], str]]:

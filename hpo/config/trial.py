@@ -10,7 +10,7 @@ from typing import Any
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config.params import TRAINING_RULES
 
-__all__ = ["TRAINING_KEYS", "Knobs", "Target", "TrainingConfig", "TrialConfig"]
+__all__ = ["TRAINING_KEYS", "Knobs", "LoaderSettings", "Target", "TrainingConfig", "TrialConfig"]
 
 # Hyperparameters a search space may set for the trainer; every other param is a workload option.
 TRAINING_KEYS = tuple(TRAINING_RULES)
@@ -31,6 +31,26 @@ class Knobs:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderSettings:
+    """The input pipeline of one trial (`systems.loader`, `num_workers`, ...; `hpo.engine.loader`).
+    Apart from `Knobs`: the probe's model comparison never sees them, the loader check does."""
+
+    loader: str = "torch"
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def changed(self) -> dict[str, Any]:
+        """The settings that differ from the defaults: what an export writes, so an old one reads the same."""
+        default = LoaderSettings().as_dict()
+        return {k: v for k, v in self.as_dict().items() if v != default[k]}
 
 
 @dataclass(frozen=True)
@@ -86,6 +106,7 @@ class TrialConfig:
     workload_options: dict[str, Any] = field(default_factory=dict)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     knobs: Knobs = field(default_factory=Knobs)
+    loader: LoaderSettings = field(default_factory=LoaderSettings)
     seed: int = 0
     objectives: tuple[str, ...] = ("val_loss",)
     directions: tuple[str, ...] = ("minimize",)
@@ -101,6 +122,7 @@ class TrialConfig:
             systems["compile_backend"] = training.compile_backend
         if self.device != _DEFAULT_DEVICE:
             systems["device"] = self.device
+        systems.update(self.loader.changed())
         study = {"objectives": list(self.objectives), "directions": list(self.directions), "seed": self.seed}
         return {
             "format": CONFIG_FORMAT,

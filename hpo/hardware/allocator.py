@@ -4,9 +4,9 @@ By default glibc serves large blocks with mmap and hands freed memory back to th
 mmap and trim thresholds). A training step frees and allocates the same activations and gradients
 every step (MiniLM's 45 MiB embedding gradient among them), so each step faulted its memory back
 in: 12-34 thousand page faults a step for MiniLM at batch 16 on CPU, against none once the heap
-is kept. Fifteen MiniLM steps at max_length 64 then took 18.3 s of process wall time against
-21.1 s (medians of five interleaved fresh processes, start-up included; 1.07-1.19x pair by pair,
-system time 1.3 s against 2.9 s), 2026-11-23 on a 2-core EPYC. `release_freed_memory` hands the
+is kept. Fifteen MiniLM steps at max_length 64 took 18.3 s of process wall time kept against 21.1 s
+not (medians of five interleaved fresh processes on a 2-core EPYC; system time 1.3 s against
+2.9 s). `release_freed_memory` hands the
 free memory back when a trial ends, so a later trial in the same process measures its own peak.
 
 The cost: freed blocks stay resident. A block freed while a small neighbour sits in glibc's thread

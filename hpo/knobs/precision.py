@@ -83,7 +83,7 @@ class MixedPrecision(Precision):
         """Step unless the gradients are inf/NaN, as GradScaler.step does. `found_inf`, when the caller
         has read `self.found_inf()` already, spares the host read GradScaler.step makes for optimizers
         without their own scaling (`_maybe_opt_step`'s `.item()`); fused ones get the flag on the
-        device through GradScaler.step, as before, and skip inside their kernel."""
+        device through GradScaler.step and skip inside their kernel."""
         if self.scaler is None:
             optimizer.step()
             return
@@ -109,4 +109,4 @@ def precision_plugin(name: str, device_type: str) -> Precision:
         return Precision()
     # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.
     scaler = torch.amp.GradScaler(device_type) if spec.scaled else None
-    return MixedPrecision(DTYPES[name], device_type, scaler)
+    return MixedPrecision(getattr(torch, spec.dtype), device_type, scaler)

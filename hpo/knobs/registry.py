@@ -5,9 +5,10 @@ applied (a builder named as "module:attr", imported only when used), how the evi
 step recognises it (profiler op-name fragments, a dtype, an optimizer module) and, through its
 needs, how `hpo doctor` reports it. The schema's allowed values (`hpo.knobs.values`), the doctor's
 table, the attention and optimizer builders and the observation of what ran all read these tables,
-so adding a value is adding one spec below (plus its builder or probe, if it brings new code). A
-workload that maps backends onto a library's own switch (text_classification's HF_ATTENTION) must
-list a new attention backend there too, or it rejects it.
+so adding a value is adding one spec below (plus its builder or probe, if it brings new code). Its
+spellings elsewhere come from the spec too: a precision's autocast dtype, mantissa (the probe's
+rounding floor), Lightning string and transformers Trainer flag; an attention backend's
+transformers `attn_implementation`.
 
 This module imports no torch: `hpo validate` reads the allowed values from here and must start fast.
 """
@@ -24,10 +25,14 @@ __all__ = [
     "COMPILE_SPECS",
     "KNOBS",
     "KNOB_NAMES",
+    "LOADER_KNOBS",
+    "LOADER_SPECS",
     "OPTIMIZER_SPECS",
     "PRECISION_SPECS",
     "AttentionSpec",
     "CompileSpec",
+    "LoaderKnob",
+    "LoaderSpec",
     "Needs",
     "OptimizerEvidence",
     "OptimizerSpec",
@@ -59,6 +64,8 @@ class PrecisionSpec:
     autocast: bool  # False: full precision, no autocast region at all
     scaled: bool = False  # a GradScaler scales the loss (fp16's narrow exponent range needs it)
     lightning: str  # Lightning's precision string for the same choice
+    # transformers' TrainingArguments flag that turns it on ("bf16", "fp16"); None: no flag, fp32
+    trainer_flag: str | None = None
     aliases: tuple[str, ...] = ()  # other spellings the schema accepts
     needs: Needs = field(default_factory=Needs)
 
@@ -74,6 +81,12 @@ class AttentionSpec:
     # Exact op names that prove it only when no kernel's fragment matched (eager's plain softmax,
     # which SDPA's math kernel also calls)
     fallback_ops: tuple[str, ...] = ()
+    # transformers' `attn_implementation` for it (SDPA's pinned kernels are all "sdpa": hpo pins the
+    # kernel around each step); None: transformers has none
+    transformers: str | None = None
+    # True when `transformers` is an implementation hpo registers with transformers itself, so that
+    # outside hpo (an exported config) it does not exist
+    transformers_by_hpo: bool = False
     needs: Needs = field(default_factory=Needs)
 
 
@@ -106,6 +119,25 @@ class CompileSpec:
     name: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoaderSpec:
+    """An input-pipeline backend (`systems.loader`): what builds a trial's batches from a workload's dataset."""
+
+    name: str
+    needs: Needs = field(default_factory=Needs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderKnob:
+    """A DataLoader setting searched like a knob (`systems.<name>`). What it means and what proves it
+    ran are in `hpo.engine.loader`; here: its default and what it needs to apply at all."""
+
+    name: str
+    default: Any
+    needs_workers: bool = False  # only a loader with worker processes has it: with num_workers 0 it is refused
+    applies_on: tuple[str, ...] = ()  # device types it does anything on; elsewhere recorded as not observed (null)
+
+
 S = TypeVar("S")
 
 
@@ -116,11 +148,13 @@ def _by_name(*specs: S) -> dict[str, S]:
 PRECISION_SPECS: dict[str, PrecisionSpec] = _by_name(
     PrecisionSpec(name="fp32", dtype="float32", mantissa_bits=23, autocast=False, lightning="32-true", aliases=("none", "float32")),
     PrecisionSpec(
-        name="bf16", dtype="bfloat16", mantissa_bits=7, autocast=True, lightning="bf16-mixed", aliases=("bfloat16",),
+        name="bf16", dtype="bfloat16", mantissa_bits=7, autocast=True, lightning="bf16-mixed", trainer_flag="bf16",
+        aliases=("bfloat16",),
         needs=Needs(probe="bf16_supported"),
     ),
     PrecisionSpec(
-        name="fp16", dtype="float16", mantissa_bits=10, autocast=True, scaled=True, lightning="16-mixed", aliases=("float16",),
+        name="fp16", dtype="float16", mantissa_bits=10, autocast=True, scaled=True, lightning="16-mixed",
+        trainer_flag="fp16", aliases=("float16",),
         needs=Needs(probe="fp16_supported"),
     ),
 )  # fmt: skip
@@ -131,15 +165,17 @@ _ATT = "hpo.knobs.attention:"
 def _sdpa(name: str, kernel: str, op: str) -> AttentionSpec:
     """SDPA pinned to one kernel: it fails loudly where that kernel cannot run."""
     return AttentionSpec(
-        name=name, builder=_ATT + "sdpa_attention", sdpa_kernel=kernel, evidence_ops=(op,),
+        name=name, builder=_ATT + "sdpa_attention", sdpa_kernel=kernel, evidence_ops=(op,), transformers="sdpa",
         needs=Needs(probe="sdpa_kernel_usable", probe_args=(kernel,)),
     )  # fmt: skip
 
 
 ATTENTION_SPECS: dict[str, AttentionSpec] = _by_name(
     # eager: torch.softmax's exact ops, never aten::log_softmax (the loss, in every step)
-    AttentionSpec(name="eager", builder=_ATT + "eager_attention", fallback_ops=("aten::softmax", "aten::_softmax")),
-    AttentionSpec(name="sdpa", builder=_ATT + "sdpa_attention"),  # evidence: any sdpa_<kernel>'s
+    AttentionSpec(
+        name="eager", builder=_ATT + "eager_attention", fallback_ops=("aten::softmax", "aten::_softmax"), transformers="eager",
+    ),
+    AttentionSpec(name="sdpa", builder=_ATT + "sdpa_attention", transformers="sdpa"),  # evidence: any sdpa_<kernel>'s
     _sdpa("sdpa_flash", "FLASH_ATTENTION", "_scaled_dot_product_flash_attention"),
     _sdpa("sdpa_efficient", "EFFICIENT_ATTENTION", "_scaled_dot_product_efficient_attention"),
     _sdpa("sdpa_cudnn", "CUDNN_ATTENTION", "_scaled_dot_product_cudnn_attention"),
@@ -148,6 +184,7 @@ ATTENTION_SPECS: dict[str, AttentionSpec] = _by_name(
     # (flash_attn/flash_attn_interface.py); `flash_attn::` does not match FA3's `flash_attn_3::fwd`.
     AttentionSpec(
         name="flash_attn", builder=_ATT + "flash_attn_attention", evidence_ops=("flash_attn::",),
+        transformers="flash_attention_2",
         needs=Needs(package="flash_attn", devices=("cuda",), probe="flash_attn_arch_supported"),
     ),
     AttentionSpec(
@@ -155,6 +192,7 @@ ATTENTION_SPECS: dict[str, AttentionSpec] = _by_name(
         # class name the profiler records; its FA2/FA3 paths add xformers_flash::/xformers_flash3:: ops.
         # Not aten::_efficient_attention_forward: SDPA's efficient kernel calls it too.
         name="xformers", builder=_ATT + "xformers_attention", evidence_ops=("_fMHA", "xformers_flash"),
+        transformers="hpo_xformers", transformers_by_hpo=True,  # hpo.workloads.text_classification registers it
         needs=Needs(package="xformers", devices=("cuda",)),
     ),
 )  # fmt: skip
@@ -183,6 +221,22 @@ COMPILE_SPECS: dict[str, CompileSpec] = _by_name(
     CompileSpec(name="default"), CompileSpec(name="reduce-overhead"), CompileSpec(name="max-autotune")
 )
 
+LOADER_SPECS: dict[str, LoaderSpec] = _by_name(
+    LoaderSpec(name="torch"),
+    # No DALI pipeline is built: the value exists so that a space naming it is refused before the
+    # first trial where it cannot run, and at its trial everywhere else.
+    LoaderSpec(name="dali", needs=Needs(package="nvidia_dali", devices=("cuda",))),
+)
+
+# The input-pipeline settings, in the order configs and records list them (hpo.engine.loader).
+LOADER_KNOBS: dict[str, LoaderKnob] = _by_name(
+    LoaderKnob(name="loader", default="torch"),
+    LoaderKnob(name="num_workers", default=0),
+    LoaderKnob(name="pin_memory", default=False, applies_on=("cuda",)),
+    LoaderKnob(name="prefetch_factor", default=None, needs_workers=True),
+    LoaderKnob(name="persistent_workers", default=False, needs_workers=True),
+)
+
 # The five knobs, in the order configs, exports and records list them. grad_checkpointing is a bool.
 KNOBS: dict[str, Mapping[str, Any] | None] = {
     "precision": PRECISION_SPECS,
@@ -196,7 +250,7 @@ KNOB_NAMES: tuple[str, ...] = tuple(KNOBS)
 
 def spec_for(knob: str, value: str) -> Any:
     """The spec of `value` for `knob`; an unknown value raises an error naming the valid ones."""
-    table = KNOBS.get(knob)
+    table = LOADER_SPECS if knob == "loader" else KNOBS.get(knob)
     if table is None:
         raise KeyError(f"knob must be one of {[k for k, t in KNOBS.items() if t]}, got {knob!r}")
     if value not in table:

@@ -80,6 +80,7 @@ def trial_note(trial: FrozenTrial) -> str:
     lines += [
         "",
         f"- throughput: {_number(attrs.get(RecordKey.TRAIN_SAMPLES_PER_S), '{:.1f}')} samples/s",
+        f"- data wait: {_number(attrs.get(RecordKey.DATA_WAIT_SHARE), '{:.0%}')} of training time blocked on the next batch",
         f"- step time: {_number(attrs.get(RecordKey.STEP_TIME_MS), '{:.1f}')} ms",
         f"- peak memory: {_number(attrs.get(RecordKey.PEAK_MEM_MB), '{:.0f}')} MB",
         f"- MFU: {_number(attrs.get(RecordKey.MFU), '{:.2%}')}",

@@ -22,7 +22,7 @@ from hpo.errors import UserInputError
 from hpo.runtime.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.runtime.placement import default_workers
 from hpo.storage.pools import share_connection_with_children
-from hpo.torch_compat import PRELOADED_TORCH_MODULES
+from hpo.torch_compat import preloaded_torch_modules
 from hpo.workloads.registry import BUILTIN_WORKLOADS
 
 __all__ = ["PRELOAD", "start_early", "start_forkserver"]
@@ -33,7 +33,7 @@ __all__ = ["PRELOAD", "start_early", "start_forkserver"]
 # trial stack.
 PRELOAD = [
     "torch",
-    *PRELOADED_TORCH_MODULES,
+    *preloaded_torch_modules(),
     "optuna",
     "optuna.storages._rdb.models",
     "alembic.migration",

@@ -28,7 +28,7 @@ import os
 from hpo.config.resolve import representative_config
 from hpo.config.space import SearchSpace
 from hpo.logging import get_logger
-from hpo.torch_compat import PRELOADED_TORCH_MODULES
+from hpo.torch_compat import preloaded_torch_modules
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 
 _log = get_logger(__name__)
@@ -58,7 +58,7 @@ def preload_lazy_imports() -> None:
     imports torch._dynamo (and sympy with it), 1.2-1.5 s on the 2-core test machine, which each
     trial process otherwise paid in its probe's first model build. The import starts no thread. The
     names are torch_compat's (private modules live there), the list the forkserver preloads too."""
-    for module in PRELOADED_TORCH_MODULES:
+    for module in preloaded_torch_modules():
         importlib.import_module(module)
 
 

@@ -1,13 +1,13 @@
 """The worker asks the sampler; its trial process runs the trial it is handed.
 
-Optuna's storage cache lives in one process. A trial process that asked the sampler itself read
-every trial of the study first (its cache starts empty): the cost grew with the study, in every
-trial (docs/scaling.md measures it). A worker lives for many trials, and its cache reads only the
+Optuna's storage cache lives in one process. A trial process that asked the sampler itself would
+read every trial of the study first (its cache starts empty): a cost that grows with the study, in
+every trial (docs/scaling.md measures it). A worker lives for many trials, and its cache reads only the
 trials that finished since its last ask. So the worker creates the trial (or takes a waiting retry
 or enqueued config), binds its ticket on start, samples the trial's whole config with
 `suggest_config`, and hands the trial id to the trial process. That process opens the same trial
 (`take_trial`): its `suggest_*` calls return the stored params, and it reads no other trial. It
-writes its own trial's attrs, heartbeats and result, as before.
+writes its own trial's attrs, heartbeats and result.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def check_machine(space: SearchSpace, *, in_child: bool = True, storage_url: str
     """The space's values checked on this machine, once per process; the first call says one
     line per value (or pair) that cannot run. `storage_url`: check in a child of the worker's own
     forkserver (started here if it is not yet); without it, in a spawned child."""
-    systems, device = space.systems, space.spec.systems.device
+    systems, device = space.checked_systems, space.spec.systems.device
     key = (json.dumps(systems, sort_keys=True, default=str), device)
     if key not in _CHECKED:
         check = _run_check(systems, device, in_child, space if storage_url else None, storage_url)
@@ -73,10 +73,10 @@ def machine_checked(study: optuna.Study, space: SearchSpace, storage_url: str, i
     """A worker's start: check this machine, raise NothingRunsHere if nothing is left to propose,
     record it on the study, and avoid its values and pairs in every proposal while inside."""
     check = check_machine(space, in_child=isolate, storage_url=storage_url)
-    if nothing_left(space.systems, check.parts()):
+    if nothing_left(space.checked_systems, check.parts()):
         raise NothingRunsHere(check)
     _record(study, check)
-    with avoiding_here(searched_parts(space.systems, check.parts())):
+    with avoiding_here(searched_parts(space.checked_systems, check.parts())):
         yield check
 
 

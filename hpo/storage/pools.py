@@ -1,8 +1,8 @@
 """Connection pooling for many workers on one server: each process holds a database connection
 only while it runs a statement, and at most one at a time.
 
-A worker, its trial process and `hpo run` each used to keep a pooled connection open (idle most of
-the time): 14 connections for 6 workers, so PostgreSQL's default of 100 served about 42 workers.
+A pooled connection kept open by each worker, trial process and `hpo run` (idle most of the time)
+would hold 14 connections for 6 workers, so PostgreSQL's default of 100 would serve about 42.
 `OneAtATimePool` opens a connection for each checkout and closes it on return (as SQLAlchemy's
 `NullPool` does), and lets one thread of the process hold them at a time, whatever engine they
 come from; the others wait for it (a trial's heartbeat thread waits for its objective's write, a

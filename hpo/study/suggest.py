@@ -7,7 +7,7 @@ import optuna
 from hpo.config.params import Choices, Fixed, FloatRange, IntRange, ParamSpec
 from hpo.config.resolve import build_config
 from hpo.config.space import SearchSpace
-from hpo.config.trial import Knobs, TrialConfig
+from hpo.config.trial import Knobs, LoaderSettings, TrialConfig
 from hpo.records import RecordKey
 from hpo.reporting.sweep_decision import KEPT_ATTR
 from hpo.study.strategy import suggest_kept
@@ -18,10 +18,11 @@ from hpo.study.strategy import suggest_kept
 
 def suggest_config(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
     values = {name: _suggest(trial, name, spec) for name, spec in space.params.items()}
+    loader = LoaderSettings(**{name: _suggest_knob(trial, name, choices) for name, choices in space.loader.items()})
     if space.study.strategy == "probe_first":
-        return build_config(space, values, _kept_knobs(trial))
+        return build_config(space, values, _kept_knobs(trial), loader)
     knobs = Knobs(**{name: _suggest_knob(trial, name, choices) for name, choices in space.systems.items()})
-    return build_config(space, values, knobs)
+    return build_config(space, values, knobs, loader)
 
 
 def _kept_knobs(trial: optuna.Trial) -> Knobs:

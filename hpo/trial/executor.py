@@ -17,6 +17,7 @@ import torch
 
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
+from hpo.engine.loader import check_settings
 from hpo.errors import KnobUnavailable, PrunedByPruner, TrialError, TrialRejected, error_verdict, short_traceback
 from hpo.hardware.memory import free_memory
 from hpo.hardware.runtime import seed_everything, trial_runtime
@@ -104,6 +105,7 @@ def _load_workload(run: TrialRun) -> None:
         run.workload = create_workload(run.config.workload, run.config.workload_options)
         run.workload.bind_training(dataclasses.asdict(run.config.training))
     run.attrs[RecordKey.TRAINER] = run.workload.trainer
+    check_settings(run.workload, run.config.loader, run.device)  # before the probe spends anything on them
 
 
 def _verify(run: TrialRun) -> TrialOutcome | None:
@@ -187,6 +189,9 @@ def _record_training(run: TrialRun) -> None:
             RecordKey.METRICS: result.metrics,
         }
     )
+    if result.loader_observed is not None:
+        run.attrs[RecordKey.LOADER_OBSERVED] = result.loader_observed
+        run.attrs[RecordKey.DATA_WAIT_SHARE] = result.data_wait_share
     with run.phases("flops"):
         run.attrs.update(speed_attrs(run.workload, run.config, run.device, result, run.verdicts))
 

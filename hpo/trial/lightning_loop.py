@@ -33,6 +33,7 @@ from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_c
 from hpo.knobs.compile import GraphRecord, compile_model
 from hpo.knobs.optimizer_impl import with_implementation
 from hpo.knobs.precision import precision_plugin
+from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import install_scheduler_tracked_step
 from hpo.trial.lightning_callback import callback_class
 from hpo.trial.trainer import EvalCallback, TrainResult
@@ -93,12 +94,12 @@ def train_lightning(
     import lightning.pytorch as pl
 
     knobs, training = config.knobs, config.training
-    if knobs.precision == "fp16" and device.type == "cpu":
+    if PRECISION_SPECS[knobs.precision].lightning == "16-mixed" and device.type == "cpu":
         # Lightning's accelerator connector swaps 16-mixed for bf16-mixed on CPU with a warning.
         raise KnobUnavailable(
-            "precision=fp16: Lightning's Trainer runs no fp16 mixed precision on CPU "
+            f"precision={knobs.precision}: Lightning's Trainer runs no {knobs.precision} mixed precision on CPU "
             "(it would substitute bf16-mixed); use bf16, or hpo's own loop for fp16",
-            [("precision", "fp16")],
+            [("precision", knobs.precision)],
         )
     module = workload.build_model(knobs.attention)
     recompute, graphs = RecomputeCounter(), GraphRecord()

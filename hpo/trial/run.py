@@ -46,6 +46,7 @@ class TrialRun:
         self.attrs = {
             RecordKey.CONFIG: self.config.to_dict(),
             RecordKey.KNOBS_REQUESTED: self.config.knobs.as_dict(),
+            RecordKey.LOADER_REQUESTED: self.config.loader.as_dict(),
             RecordKey.DEVICE: device_model(self.device),
             RecordKey.TORCH_VERSION: torch.__version__,
             RecordKey.HPO_VERSION: __version__,

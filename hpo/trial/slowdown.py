@@ -3,6 +3,8 @@ it records, and the proof for a trial whose first steady steps were too slow."""
 
 from __future__ import annotations
 
+import time
+
 from hpo.hardware.memory import free_memory
 from hpo.records import RecordKey
 from hpo.trial.run import TrialRun
@@ -34,8 +36,9 @@ def prove_too_slow(run: TrialRun, exc: TooSlow) -> SlowProof:
 
 
 def record_speed(run: TrialRun) -> None:
-    """The trial's slowdown against the reference, on the trial and, if no worker recorded one
-    yet at this batch size, in the verdict cache: `hpo probe` ranks a cached combination by it
+    """The trial's slowdown against the reference, on the trial with how far apart the two were
+    timed (`slowdown_timed_apart_s`), and, if no worker recorded one yet at this batch size, in the
+    verdict cache: `hpo probe` ranks a cached combination by it
     without timing it again. A trial with fewer steady steps than the slow check judges records
     no slowdown but why (`slow_not_judged`): its one step is no speed."""
     config, slow, result = run.config, run.slow_limit, run.result
@@ -49,6 +52,9 @@ def record_speed(run: TrialRun) -> None:
     else:
         slowdown = slow.slowdown(result.fastest_step_ms)
     run.attrs[RecordKey.SLOWDOWN] = slowdown
+    if slowdown is not None and config.knobs != REFERENCE_KNOBS:
+        timed_at = (run.verdicts.get(reference_key(config, run.device)) or {}).get("timed_at")
+        run.attrs[RecordKey.SLOWDOWN_TIMED_APART_S] = None if timed_at is None else max(time.time() - timed_at, 0.0)
     if slowdown is not None:
         batch_size = config.training.batch_size
         run.verdicts.add(

@@ -5,7 +5,7 @@ MFU is achieved model FLOPs over the device's peak for the trial's precision. Mo
 are counted once per model shape (on a real eager-attention step, see `hpo.engine.flops`) and kept
 in the verdict store, so a study counts them once. The peak is the published one for a known GPU,
 or this CPU's measured one (`hpo.hardware.peaks`); its source is recorded. Without a peak (an
-unknown GPU) a trial records no MFU rather than a guess.
+unknown GPU) a trial records no MFU rather than a guess; MFU never exceeds 1 (`peaks.utilization`).
 
 An objective a trial trained normally but could not produce is a result with the worst value, never
 a success and never an error (docs/objectives.md): `time_to_target_s` of a target never reached
@@ -22,7 +22,7 @@ import torch
 from hpo.config.objectives import SYSTEM_METRICS, worst_value
 from hpo.config.trial import TrialConfig
 from hpo.engine.flops import model_flops_per_sample
-from hpo.hardware.peaks import peak_for
+from hpo.hardware.peaks import utilization
 from hpo.hardware.probes import device_model
 from hpo.records import RecordKey
 from hpo.trial.trainer import TrainResult
@@ -54,11 +54,11 @@ def speed_attrs(workload: Workload, config: TrialConfig, device: torch.device, r
         attrs[RecordKey.TARGET_REACHED] = result.time_to_target_s is not None
     flops = _flops_per_sample(workload, config, device, store)
     achieved = flops * result.train_samples_per_s / 1e12
-    peak = peak_for(device, config.knobs.precision, device_model(device))
+    mfu, peak = utilization(achieved, device, config.knobs.precision, device_model(device))
     attrs.update({RecordKey.MODEL_FLOPS_PER_SAMPLE: flops, RecordKey.ACHIEVED_TFLOPS: achieved})
     attrs.update(
         {
-            RecordKey.MFU: None if peak is None or not math.isfinite(achieved) else achieved / peak.tflops,
+            RecordKey.MFU: mfu,
             RecordKey.PEAK_TFLOPS: None if peak is None else peak.tflops,
             RecordKey.PEAK_SOURCE: None if peak is None else peak.source,
         }

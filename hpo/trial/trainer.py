@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from hpo.config.trial import TrainingConfig, TrialConfig
 from hpo.engine.assembly import AssembledModel
+from hpo.engine.loader_stream import BatchStream, batch_stream
 from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
@@ -67,6 +68,8 @@ class TrainResult:
     steady_steps: int = 0  # steps timed after compilation and the profiled step
     evidence_s: float = 0.0  # the profiled evidence step (not training time)
     eval_s: float = 0.0  # every evaluation together (not training time)
+    loader_observed: dict | None = None  # what delivered the batches (hpo.engine.loader_stream)
+    data_wait_share: float | None = None  # time blocked on the next batch over training time
 
 
 def evidence_step_index(config: TrialConfig) -> int:
@@ -115,8 +118,19 @@ def train(
     """Train until `max_steps`, the time budget or the target, evaluating on the schedule. Raises
     TrialRejected on divergence or a knob the evidence shows did not run as asked, and TooSlow
     when `slow` is given and the first steady steps exceed it."""
+    with batch_stream(assembled.workload, config, assembled.device) as batches:
+        result = _train(assembled, config, on_eval, slow, batches)
+        evidence_at = evidence_step_index(config)
+        result.loader_observed = batches.observed(evidence_at)
+        if result.train_s > 0:
+            result.data_wait_share = min(1.0, batches.wait_s(evidence_at) / result.train_s)
+    return result
+
+
+def _train(
+    assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None, slow: SlowLimit | None, batches: BatchStream
+) -> TrainResult:
     training = config.training
-    batches = assembled.workload.train_batches(training.batch_size, config.seed)
     evidence_at, schedule = evidence_step_index(config), EvalSchedule(training)
     tally, timer = StepTally(evidence_at), step_timer(assembled.device)
     history, observed, evidence, reached, eval_s = [], {}, None, None, 0.0
@@ -125,7 +139,7 @@ def train(
     assembled.model.train()
     for step in range(training.max_steps):
         timer.start()
-        batch = assembled.move(next(batches))
+        batch = assembled.move(batches.next_batch())
         if step == evidence_at:
             with capture_step(assembled) as evidence:
                 run_step(assembled, batch, step)

@@ -12,7 +12,7 @@ an error).
 
 Each try is one step of a freshly built model, about a second on the models here, so a study pays a
 few seconds once per failing combination instead of a trial for each value it would otherwise
-rediscover (bf16 and fp16 both slow on an AVX2 host used to cost one trial each).
+rediscover (on an AVX2 host, where bf16 and fp16 are both slow, a trial each).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from hpo.verdicts import Part
 
 __all__ = ["CHECKED_KNOBS", "MachineCheck", "NotRunnable", "nothing_left", "render", "searched_parts"]
 
-# The knobs whose values declare needs in the registry (grad_checkpointing and compile declare none).
-CHECKED_KNOBS = ("precision", "attention", "optimizer")
+# The knobs whose values declare needs in the registry (grad_checkpointing and compile declare none),
+# and the input-pipeline backend (`systems.loader`: dali needs its package and CUDA).
+CHECKED_KNOBS = ("precision", "attention", "optimizer", "loader")
 
 
 @dataclass(frozen=True)

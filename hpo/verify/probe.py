@@ -44,6 +44,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.engine.flops import counting_flops
 from hpo.hardware.memory import hand_back_freed, resident_bytes
 from hpo.hardware.runtime import seed_everything
+from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.compared import ComparedReference, KeptReferences, compared_key
 from hpo.verify.compared_step import ComparedSteps, loss_and_grads
@@ -155,7 +156,7 @@ def compared_samples(config: TrialConfig, model: torch.nn.Module) -> int:
     batch_size = config.training.batch_size
     if config.knobs.compile:
         return batch_size
-    statistics = any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
+    statistics = any(normalizes_over_the_batch(module) for module in model.modules())
     return min(BATCH_STATISTICS_SAMPLES if statistics else PROBE_SAMPLES, batch_size)
 
 

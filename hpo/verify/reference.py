@@ -47,6 +47,7 @@ class ReferenceTiming:
     steps_ms: tuple[float, ...]
     steps_faults: tuple[int, ...]  # each timed step's page faults: how steady it ran
     prefault: Prefault | None  # None: nothing was touched beforehand (see the module docstring)
+    timed_at: float  # wall-clock time (epoch seconds) when the timing ended: a later trial's ratio spans the gap
 
     @property
     def step_ms(self) -> float:
@@ -60,6 +61,7 @@ class ReferenceTiming:
             "timed_steps_faults": list(self.steps_faults),
             "prefault_mb": None if self.prefault is None else self.prefault.nbytes / 2**20,
             "prefault_s": None if self.prefault is None else self.prefault.seconds,
+            "timed_at": self.timed_at,
         }
 
 
@@ -103,6 +105,7 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
         steps_ms=tuple(1000 * seconds for seconds, _ in timed),
         steps_faults=tuple(faults for _, faults in timed),
         prefault=prefault,
+        timed_at=time.time(),
     )
 
 

@@ -15,8 +15,8 @@ The rounding keeps fp32's exponent range: overflow and underflow are fp16's loss
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+
+from hpo.torch_compat import rounding_mode
 
 __all__ = ["FP32_MANTISSA_BITS", "RoundedTo", "round_mantissa"]
 
@@ -35,22 +35,13 @@ def round_mantissa(tensor: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.where(torch.isfinite(tensor), rounded.view(torch.float32), tensor)
 
 
-class RoundedTo(TorchDispatchMode):
-    """Inside it, every op's fp32 inputs and outputs are rounded to `bits` mantissa bits. Views and
-    in-place ops pass untouched: their outputs alias their inputs, which are rounded already."""
+def RoundedTo(bits: int):
+    """Inside it, every op's fp32 inputs and outputs are rounded to `bits` mantissa bits, forward
+    and backward (`hpo.torch_compat.rounding_mode`)."""
 
-    def __init__(self, bits: int) -> None:
-        super().__init__()
-        self.bits = bits
-
-    def _round(self, value):
+    def round_fp32(value):
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
-            return round_mantissa(value, self.bits)
+            return round_mantissa(value, bits)
         return value
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func.is_view or func._schema.is_mutable:
-            return func(*args, **kwargs)
-        args, kwargs = tree_map(self._round, args), tree_map(self._round, kwargs)
-        return tree_map(self._round, func(*args, **kwargs))
+    return rounding_mode(round_fp32)

@@ -9,6 +9,10 @@ calls, in order:
     for batch in workload.train_batches(batch_size, seed): loss = workload.training_loss(model, batch)
     metrics = workload.evaluate(model, move)   # under inference_mode and the trial's autocast
 
+A workload gives its training data either as batches (`train_batches`) or as a torch `Dataset`
+(`train_dataset(seed)`, plus `collate` to turn samples into a batch): then hpo builds the
+DataLoader itself, with the searched `systems.num_workers`, `pin_memory`, `prefetch_factor` and
+`persistent_workers` (`hpo.engine.loader`), and `train_batches` is the same order without workers.
 Batches are dicts of CPU tensors; `move(batch)` puts one on the trial's device. `evaluate` returns
 every metric named in `metrics`. A model that uses attention calls
 `hpo.knobs.attention.attention_function(name)` (or maps the name onto a library's own switch), so
@@ -23,8 +27,10 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset, default_collate
 
 # Re-exported: user workloads import their options base from here.
+from hpo.workloads.dataset_batches import epochs, seeded_loader
 from hpo.workloads.options import WorkloadOptions, build_options
 
 Batch = dict[str, torch.Tensor]
@@ -63,8 +69,34 @@ class Workload(ABC):
         """The repeated blocks to recompute in backward; none by default."""
         return ()
 
-    @abstractmethod
-    def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]: ...
+    def train_dataset(self, seed: int) -> Dataset | None:
+        """The training samples as a map-style or iterable Dataset, for hpo to load with the searched
+        loader settings; None (the default): the workload gives batches through `train_batches`. A
+        map-style dataset's random augmentation should be a function of (seed, index), so that the
+        batches do not depend on which worker made them."""
+        return None
+
+    @classmethod
+    def gives_dataset(cls) -> bool:
+        """Whether the workload gives a dataset (`train_dataset`) for hpo to load: its loader settings apply."""
+        return cls.train_dataset is not Workload.train_dataset
+
+    def collate(self, samples: list) -> Batch:
+        """A batch from a list of the dataset's samples; torch's default_collate by default. Runs in
+        the loader's worker processes: an override makes the workload itself travel to them."""
+        return default_collate(samples)
+
+    def collate_function(self) -> Callable[[list], Batch]:
+        """What the DataLoader calls: torch's own default_collate unless `collate` is overridden, so
+        that a workload which does not override it never has to be picklable."""
+        return default_collate if type(self).collate is Workload.collate else self.collate
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[Batch]:
+        """Training batches, endlessly; by default the dataset's, loaded in this process."""
+        dataset = self.train_dataset(seed)
+        if dataset is None:
+            raise NotImplementedError(f"{type(self).__name__} must define train_batches(batch_size, seed) or train_dataset(seed)")
+        return epochs(seeded_loader(dataset, self.collate_function(), batch_size, seed))
 
     @abstractmethod
     def training_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor: ...

@@ -37,6 +37,7 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "causal_lm_lightning": "hpo.workloads.causal_lm_lightning:CausalLMLightning",
     "hf_text_classification": "hpo.workloads.hf_text_classification:HFTextClassification",
     "hf_causal_lm": "hpo.workloads.hf_causal_lm:HFCausalLM",
+    "png_images": "hpo.workloads.png_images:PngImages",
 }
 # Built-ins that train on the user's own checkpoint and data files: they have no run without them.
 NEEDS_USER_FILES = ("hf_text_classification", "hf_causal_lm")

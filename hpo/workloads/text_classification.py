@@ -19,25 +19,13 @@ from torch import nn
 from hpo import deps
 from hpo.errors import KnobUnavailable
 from hpo.knobs.attention import attention_function
+from hpo.knobs.registry import ATTENTION_SPECS
 from hpo.torch_compat import mark_dynamic_width
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.chat_corpus import EVAL_BATCH_SIZE, evaluation_batches, load_data, model_path, tokenizer
 from hpo.workloads.options.text_classification import METRICS, TextClassificationOptions
 
 TINY_BERT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
-
-# hpo attention backend -> transformers attn_implementation. SDPA sub-kernels all map to "sdpa":
-# the executor pins the kernel around each step with hpo.knobs.attention.pinned_kernel.
-HF_ATTENTION: dict[str, str] = {
-    "eager": "eager",
-    "sdpa": "sdpa",
-    "sdpa_flash": "sdpa",
-    "sdpa_efficient": "sdpa",
-    "sdpa_cudnn": "sdpa",
-    "sdpa_math": "sdpa",
-    "flash_attn": "flash_attention_2",
-    "xformers": "hpo_xformers",
-}
 
 
 def _xformers_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -54,8 +42,10 @@ def _xformers_forward(module, query, key, value, attention_mask, dropout=0.0, sc
 def hf_attention_implementation(attention: str) -> str:
     """transformers' `attn_implementation` for hpo's attention backend, registering hpo's xformers
     forward with transformers when asked for it (also used by the HF Hub workloads)."""
-    if attention not in HF_ATTENTION:
-        raise ValueError(f"attention must be one of {sorted(HF_ATTENTION)}, but got {attention!r}")
+    implementation = ATTENTION_SPECS[attention].transformers if attention in ATTENTION_SPECS else None
+    if implementation is None:
+        known = sorted(name for name, spec in ATTENTION_SPECS.items() if spec.transformers)
+        raise ValueError(f"attention must be one of {known} for a transformers model, but got {attention!r}")
     if attention == "flash_attn":
         deps.flash_attn()  # before transformers, which would otherwise try a hub kernel instead
     elif attention == "xformers":
@@ -66,7 +56,7 @@ def hf_attention_implementation(attention: str) -> str:
         AttentionInterface.register("hpo_xformers", _xformers_forward)
         # Without a mask function transformers passes no mask at all, and padding would leak into attention.
         AttentionMaskInterface.register("hpo_xformers", eager_mask)
-    return HF_ATTENTION[attention]
+    return implementation
 
 
 @contextlib.contextmanager

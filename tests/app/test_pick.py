@@ -43,5 +43,5 @@ def test_no_trained_trial_or_negative_percent_is_a_user_error():
 def test_front_table_shows_metrics_speed_and_knobs():
     study = _study("minimize", [(2.0, 123.4, "ok")])
     table = front_table(study.trials, ["val_loss"]).splitlines()
-    assert table[0].split()[:5] == ["trial", "val_loss", "samples/s", "peak", "MB"]
+    assert table[0].split()[:7] == ["trial", "val_loss", "samples/s", "data", "wait", "peak", "MB"]
     assert table[1].split()[:3] == ["0", "2", "123.4"] and "bf16" in table[1]

@@ -13,16 +13,17 @@ from hpo.knobs.attention import SDPA_KERNELS
 from hpo.knobs.optimizer_impl import IMPLEMENTATION_FLAGS
 from hpo.knobs.optimizers import OPTIMIZER_BUILDERS, build_optimizer
 from hpo.knobs.precision import DTYPES
-from hpo.knobs.registry import ATTENTION_SPECS, KNOBS, OPTIMIZER_SPECS, PRECISION_SPECS, load
-from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, KNOB_NAMES, OPTIMIZER_IMPLS, PRECISION_ALIASES, PRECISIONS
+from hpo.knobs.registry import ATTENTION_SPECS, KNOBS, LOADER_KNOBS, LOADER_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, load
+from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, KNOB_NAMES, LOADERS, OPTIMIZER_IMPLS, PRECISION_ALIASES, PRECISIONS
 
-ALL_SPECS = [spec for table in KNOBS.values() if table for spec in table.values()]
+ALL_SPECS = [spec for table in (*KNOBS.values(), LOADER_SPECS) if table for spec in table.values()]
 
 
 def test_registry_keys_are_the_schema_values():
-    # Every knob in the registry is a key of the schema's `systems` section; the other keys there
-    # choose how and where to run (compile backend, device) and are not searched.
-    assert set(SystemsSpec.model_fields) == {*KNOB_NAMES, "compile_backend", "device"}
+    # Every knob and loader setting in the registry is a key of the schema's `systems` section; the
+    # other keys there choose how and where to run (compile backend, device) and are not searched.
+    assert set(SystemsSpec.model_fields) == {*KNOB_NAMES, *LOADER_KNOBS, "compile_backend", "device"}
+    assert set(LOADER_SPECS) == set(LOADERS)
     assert set(ATTENTION_SPECS) == set(ATTENTIONS)
     assert all(callable(load(spec.builder)) for spec in ATTENTION_SPECS.values())
     assert set(SDPA_KERNELS) == {a for a in ATTENTIONS if a.startswith("sdpa_")}

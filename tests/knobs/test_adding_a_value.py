@@ -91,3 +91,24 @@ def test_a_real_step_runs_the_new_backend_and_is_recognised(flex_registered):
     assert mismatches(knobs, observed) == []
     asked_sdpa = Knobs(precision="fp32", attention="sdpa", optimizer="forloop")
     assert [str(m) for m in mismatches(asked_sdpa, observed)] == ["attention: asked sdpa, ran flex"]
+
+
+BF16_ALT = registry.PrecisionSpec(
+    name="bf16_alt", dtype="bfloat16", mantissa_bits=7, autocast=True, lightning="bf16-mixed", trainer_flag="bf16"
+)
+
+
+def test_a_new_precision_is_one_spec_too(monkeypatch):
+    """A precision added to the registry alone: its autocast dtype reaches the matmul, its mantissa
+    sets the probe's bound, and the MFU peak times it, with no other table to edit."""
+    from hpo.hardware import peaks
+    from hpo.knobs.precision import precision_plugin
+    from hpo.verify.bounds import Errors, bound_from_floor
+
+    monkeypatch.setitem(registry.PRECISION_SPECS, "bf16_alt", BF16_ALT)
+    plugin = precision_plugin("bf16_alt", "cpu")
+    with plugin.forward_context():
+        out = torch.nn.Linear(8, 8)(torch.randn(2, 8))
+    assert out.dtype == torch.bfloat16 and plugin.scaler is None
+    assert bound_from_floor("bf16_alt", Errors(0.0, 0.0)).bound.grad == 8 * 2**-8
+    assert peaks._shortest_product("bf16_alt", 64, repeats=1) > 0

@@ -74,9 +74,9 @@ def test_when_no_trial_reaches_the_target_there_is_no_best_and_hpo_says_why(tmp_
 
 @pytest.mark.slow
 def test_mfu_with_no_known_peak_is_the_worst_value_not_an_error(tmp_path, monkeypatch):
-    import hpo.trial.speed
+    import hpo.hardware.peaks
 
-    monkeypatch.setattr(hpo.trial.speed, "peak_for", lambda *args: None)  # an accelerator hpo knows no peak of
+    monkeypatch.setattr(hpo.hardware.peaks, "peak_for", lambda *args: None)  # an accelerator hpo knows no peak of
     study = _run(_space(["mfu"], ["maximize"], 1), f"sqlite:///{tmp_path / 's.db'}")
     (trial,) = study.trials
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["verdict"] == "ok"

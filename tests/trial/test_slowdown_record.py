@@ -52,3 +52,36 @@ def test_enough_steady_steps_record_the_slowdown():
     outcome, verdicts = _run(config)
     assert outcome.ok and outcome.attrs["slowdown"] > 0 and "slow_not_judged" not in outcome.attrs
     assert [r["slowdown"] for r in verdicts.records.values() if r.get("slowdown") is not None] == [outcome.attrs["slowdown"]]
+
+
+def test_a_slowdown_says_how_far_apart_its_two_timings_were(monkeypatch):
+    """The reference is timed once, when the study first probes the model: a later trial's
+    slowdown divides steps timed at two moments, and the record says how far apart."""
+    import time
+
+    config = dataclasses.replace(_config(1 + SLOW_CHECK_STEPS), skip_slow=False)
+    verdicts = MemoryVerdicts()
+    timed_at = time.time() - 600.0  # the reference was timed ten minutes before this trial
+    verdicts.put(reference_key(config, resolve_device(config.device)), {"step_ms": 1e-3, "timed_at": timed_at})
+    outcome = execute(config, verdicts)
+    assert outcome.ok and outcome.attrs["slowdown"] > 0
+    assert 600.0 <= outcome.attrs["slowdown_timed_apart_s"] < 600.0 + 120.0
+    # A reference record from before hpo kept the time: the gap is unknown, and said to be.
+    unknown, _ = _run(config)
+    assert unknown.attrs["slowdown"] > 0 and unknown.attrs["slowdown_timed_apart_s"] is None
+
+
+def test_the_reference_timing_records_when_it_ended():
+    import time
+
+    from hpo.config.trial import TrainingConfig
+    from hpo.engine.assembly import AssembledModel
+    from hpo.verify.reference import time_reference
+    from hpo.verify.reference_knobs import REFERENCE_KNOBS
+    from hpo.workloads.registry import create_workload
+
+    workload = create_workload("toy_workloads:Toy", {"n_blocks": 1})
+    reference = AssembledModel(workload, REFERENCE_KNOBS, TrainingConfig(batch_size=8), resolve_device("cpu"))
+    before = time.time()
+    record = time_reference(reference, next(workload.train_batches(8, 0)), 0, 4).record()
+    assert before <= record["timed_at"] <= time.time()

@@ -81,8 +81,13 @@ def test_bad_options_name_the_rule_and_value(raw, match):
         build_options(TextClassification.Options, raw, "workload")
 
 
-def test_attention_table_covers_every_backend():
-    assert set(tc.HF_ATTENTION) == set(ATTENTION_SPECS)
+def test_every_attention_backend_has_a_transformers_implementation_from_its_spec():
+    implementations = {
+        name: tc.hf_attention_implementation(name) for name in ATTENTION_SPECS if name not in ("flash_attn", "xformers")
+    }
+    assert implementations == {name: ATTENTION_SPECS[name].transformers for name in implementations}
+    assert set(implementations.values()) == {"eager", "sdpa"}
+    assert all(spec.transformers for spec in ATTENTION_SPECS.values())
 
 
 def test_attention_knob_changes_the_kernel_that_runs():

@@ -7,6 +7,7 @@ from typing import Any
 
 from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
 from hpo.errors import UserInputError
+from hpo.knobs.registry import PRECISION_SPECS
 
 __all__ = ["hf_arguments"]
 
@@ -33,8 +34,7 @@ def hf_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(TrainingArguments kwargs, from_pretrained model kwargs, comment lines)."""
     args: dict[str, Any] = {
         "output_dir": "hpo-trial-output",
-        "bf16": w.precision == "bf16",
-        "fp16": w.precision == "fp16",
+        **{spec.trainer_flag: spec.name == w.precision for spec in PRECISION_SPECS.values() if spec.trainer_flag},
         "optim": _hf_optim(w),
         "gradient_checkpointing": w.grad_checkpointing,
         "torch_compile": bool(w.compile),

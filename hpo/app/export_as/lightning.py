@@ -24,7 +24,7 @@ def lightning_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list
         f"# hpo trial {w.number}, knobs as observed: {knobs_line(w)}",
         "# optimizer: torch.optim.AdamW(params, **optimizer_kwargs)",
     ]
-    if w.optimizer == "fused" and w.precision != "fp32":
+    if w.optimizer == "fused" and PRECISION_SPECS[w.precision].autocast:
         del trainer["gradient_clip_val"]  # Lightning refuses it for a fused optimizer under mixed precision
         notes.append(
             f"# grad_clip={w.grad_clip}: Lightning's gradient_clip_val refuses a fused optimizer under mixed precision; "

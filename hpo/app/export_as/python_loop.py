@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
 from hpo.errors import UserInputError
+from hpo.knobs.registry import PRECISION_SPECS
 
 __all__ = ["python_snippet"]
 
 
 def python_snippet(w: Winner) -> str:
     """A plain PyTorch loop with the trial's knobs: `train(model, batches, loss_fn)`."""
-    dtype = {"fp32": None, "bf16": "torch.bfloat16", "fp16": "torch.float16"}[w.precision]
+    precision = PRECISION_SPECS[w.precision]
+    dtype = f"torch.{precision.dtype}" if precision.autocast else None
     device = "cpu" if w.on_cpu else "cuda"
     flags = {"forloop": "foreach=False, fused=False", "foreach": "foreach=True", "fused": "fused=True"}.get(w.optimizer)
     if flags is None:
@@ -39,7 +41,7 @@ def python_snippet(w: Winner) -> str:
     lines.append(
         f"    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / {max(w.warmup_steps, 1)}))"
     )
-    lines.append(f"    scaler = torch.amp.GradScaler({device!r})" if w.precision == "fp16" else "    scaler = None")
+    lines.append(f"    scaler = torch.amp.GradScaler({device!r})" if precision.scaled else "    scaler = None")
     forward = f"torch.compile(model, backend={w.compile_backend!r}, mode={w.compile!r})" if w.compile else "model"
     lines.append(f"    forward = {forward}")
     autocast = f"torch.autocast({device!r}, dtype={dtype})" if dtype else "contextlib.nullcontext()"

@@ -14,8 +14,11 @@ from hpo.records import RecordKey
 
 __all__ = ["HF_ATTN", "TRANSFORMERS_WORKLOADS", "Winner", "attention_note", "checkpointing_note", "knobs_line", "winner_of"]
 
-# hpo attention value -> transformers attn_implementation (SDPA kernels are pinned around the step).
-HF_ATTN = {"eager": "eager", "flash_attn": "flash_attention_2", **{n: "sdpa" for n in ATTENTION_SPECS if n.startswith("sdpa")}}
+# hpo attention value -> transformers attn_implementation, for the values transformers itself knows
+# (not one hpo registers with it at run time, which an exported config cannot name).
+HF_ATTN = {
+    name: spec.transformers for name, spec in ATTENTION_SPECS.items() if spec.transformers and not spec.transformers_by_hpo
+}
 # The built-in workloads whose model is a transformers model, where attn_implementation applies; the
 # other built-ins call hpo's attention_function, and a user's `module:Class` may be either.
 TRANSFORMERS_WORKLOADS = ("text_classification", "hf_text_classification", "hf_causal_lm")

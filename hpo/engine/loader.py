@@ -1,0 +1,123 @@
+"""A trial's input pipeline: the DataLoader built from the searched settings (`systems.loader`,
+`num_workers`, `pin_memory`, `prefetch_factor`, `persistent_workers`), or the refusal that says why
+those settings cannot apply to this workload or device.
+
+Refused, as an `incompatible` verdict before the probe runs (never silently ignored): any setting
+other than the default on a workload that hands hpo batches instead of a dataset (hpo builds no
+loader there), or on a Lightning workload (its own loaders); `prefetch_factor` or
+`persistent_workers` without workers (torch has neither in the main process); `loader: dali`
+(hpo builds no DALI pipeline; without the package or CUDA the machine check already refuses it).
+
+Workers start by `spawn`: a trial process forked from a parent that ran torch must not fork again
+(its OpenMP pool hangs the child), and spawning pickles the dataset, so a dataset that cannot reach
+a worker is found here, where the loader check refuses it (`hpo.engine.loader_stream`).
+
+On CPU the workers and torch's intra-op threads share the trial's cores: compute gets the cores
+less one per worker (at least one), and the split is recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from hpo import deps
+from hpo.config.trial import LoaderSettings
+from hpo.errors import KnobUnavailable
+from hpo.knobs.registry import LOADER_KNOBS
+from hpo.workloads.base import Workload
+from hpo.workloads.dataset_batches import seeded_loader
+
+__all__ = ["CoreSplit", "Tagged", "check_settings", "core_split", "trial_loader"]
+
+
+def check_settings(workload: Workload, settings: LoaderSettings, device: torch.device) -> None:
+    """Raise KnobUnavailable when `settings` cannot apply to `workload` on `device`."""
+    changed = settings.changed()
+    if settings.loader == "dali":
+        deps.require("nvidia_dali")
+        if device.type != "cuda":
+            raise KnobUnavailable(f"loader=dali needs a CUDA device, the trial runs on {device.type}", [("loader", "dali")])
+        raise KnobUnavailable(
+            "loader=dali: hpo builds no DALI pipeline from a torch Dataset yet; use loader=torch", [("loader", "dali")]
+        )
+    if changed and (workload.trainer != "hpo" or not workload.gives_dataset()):
+        how = (
+            "trains with Lightning's own loaders"
+            if workload.trainer != "hpo"
+            else "hands hpo batches (train_batches), not a dataset"
+        )
+        knob, value = next(iter(changed.items()))
+        raise KnobUnavailable(
+            f"{knob}={value}: workload {type(workload).__name__} {how}, so hpo builds no loader to apply it to; "
+            f"leave systems.{knob} out, or give the workload train_dataset(seed)",
+            [(knob, value)],
+        )
+    for knob, value in changed.items():
+        if LOADER_KNOBS[knob].needs_workers and settings.num_workers == 0:
+            raise KnobUnavailable(
+                f"{knob}={value} needs loader workers, got num_workers=0; search it with num_workers > 0",
+                [(knob, value), ("num_workers", 0)],
+            )
+
+
+class Tagged:
+    """The workload's collate, returning (batch, pid of the process that made it): the evidence of
+    which workers delivered batches. A class, not a closure, so that it pickles to spawned workers."""
+
+    def __init__(self, collate):
+        self.collate = collate
+
+    def __call__(self, samples: list):
+        return self.collate(samples), os.getpid()
+
+
+def trial_loader(workload: Workload, settings: LoaderSettings, batch_size: int, seed: int, *, reference: bool = False):
+    """The DataLoader of the workload's dataset with `settings` (`reference`: the same without
+    workers or pinning, the order every setting must reproduce), its batches tagged by `Tagged`."""
+    dataset = workload.train_dataset(seed)
+    kwargs: dict = {}
+    if not reference and settings.num_workers > 0:
+        kwargs = {
+            "num_workers": settings.num_workers,
+            "persistent_workers": settings.persistent_workers,
+            "multiprocessing_context": "spawn",
+        }
+        if settings.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = settings.prefetch_factor
+    # torch pins only where an accelerator exists; elsewhere it warns and does nothing, so it is not asked.
+    if not reference and settings.pin_memory and torch.cuda.is_available():
+        kwargs["pin_memory"] = True
+    return seeded_loader(dataset, Tagged(workload.collate_function()), batch_size, seed, **kwargs)
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    """How a CPU trial's cores were shared: loader workers and torch's intra-op threads."""
+
+    cores: int
+    workers: int
+    compute_threads: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"cores": self.cores, "workers": self.workers, "compute_threads": self.compute_threads}
+
+
+@contextlib.contextmanager
+def core_split(settings: LoaderSettings, device: torch.device) -> Iterator[CoreSplit | None]:
+    """On CPU with workers: torch's threads set to the trial's cores less one per worker, restored
+    after; None elsewhere (a GPU computes on its own cores, and no worker means nothing to share)."""
+    if device.type != "cpu" or settings.num_workers == 0:
+        yield None
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    before = torch.get_num_threads()
+    split = CoreSplit(cores, settings.num_workers, max(1, cores - settings.num_workers))
+    torch.set_num_threads(split.compute_threads)
+    try:
+        yield split
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,132 @@
+"""The batches a trial trains on, observed and checked: how long each step waited for its batch,
+which processes made the batches, whether they arrived pinned, and, with loader workers, that the
+first batches are the ones the same seed gives without workers (checksums).
+
+Workers that reorder, duplicate or drop samples end the trial `mismatch: loader ...`; workers that
+cannot start or die (a dataset that cannot be pickled to a spawned worker, shared memory exhausted)
+end it `incompatible: loader ...` with the upstream cause: the same batches were just made without
+workers, so the workers are what failed, not the data."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import statistics
+import time
+from collections.abc import Iterator
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.engine.loader import CoreSplit, check_settings, core_split, trial_loader
+from hpo.errors import TrialRejected
+from hpo.verdicts import Kind, Verdict
+from hpo.workloads.base import Batch, Workload
+from hpo.workloads.dataset_batches import epochs
+
+__all__ = ["BatchStream", "batch_checksum", "batch_stream", "checked_batches"]
+
+
+def batch_checksum(batch: Batch) -> str:
+    """A digest of every tensor of the batch: its key, dtype, shape and bytes."""
+    digest = hashlib.sha1()
+    for key in sorted(batch):
+        tensor = batch[key].detach().cpu().contiguous()
+        digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()[:16]
+
+
+def checked_batches(num_workers: int, max_steps: int) -> int:
+    """How many first batches the loader check compares: two rounds of the workers (a worker that
+    reorders or repeats shows within them), at most the trial's steps."""
+    return min(max_steps, max(2, 2 * num_workers))
+
+
+class BatchStream:
+    """Batches with what delivered them. `next_batch` is the only way the trainer gets one."""
+
+    def __init__(
+        self, source: Iterator, tagged: bool, reference: list[str], device: torch.device, describe: str, workers: int = 0
+    ):
+        self.source, self.tagged, self.reference, self.device, self.describe = source, tagged, reference, device, describe
+        self.workers = workers
+        self.waits: list[float] = []
+        self.pids: set[int] = set()
+        self.pinned: list[bool] = []
+        self.split: CoreSplit | None = None
+
+    def next_batch(self) -> Batch:
+        start = time.perf_counter()
+        try:
+            item = next(self.source)
+        except Exception as exc:
+            # Within the checked batches, the same samples were just made without workers.
+            if self.workers == 0 or len(self.waits) >= max(1, len(self.reference)):
+                raise
+            raise _workers_failed(self.describe, exc) from exc
+        self.waits.append(time.perf_counter() - start)
+        batch, pid = item if self.tagged else (item, os.getpid())
+        self.pids.add(pid)
+        self.pinned.append(all(t.is_pinned() for t in batch.values()))
+        step = len(self.waits) - 1
+        if step < len(self.reference) and batch_checksum(batch) != self.reference[step]:
+            raise TrialRejected(
+                Verdict.make(
+                    Kind.MISMATCH,
+                    f"loader {self.describe}: batch {step} differs from the one num_workers=0 gives for the same seed "
+                    "(workers reordered, repeated or dropped samples)",
+                )
+            )
+        return batch
+
+    def observed(self, evidence_at: int | None = None) -> dict:
+        """What delivered the batches: worker processes (the trial's own process not counted), pinned
+        (null where pinning does nothing: no CUDA device), the median wait and the core split."""
+        waits = [w for i, w in enumerate(self.waits) if i != evidence_at] or self.waits
+        return {
+            "workers": len(self.pids - {os.getpid()}),
+            "main_process": os.getpid() in self.pids,
+            "pinned": all(self.pinned) if self.device.type == "cuda" and self.pinned else None,
+            "batches_checked": min(len(self.reference), len(self.waits)),
+            "data_wait_ms": 1000 * statistics.median(waits) if waits else None,
+            "core_split": self.split.as_dict() if self.split else None,
+        }
+
+    def wait_s(self, evidence_at: int | None = None) -> float:
+        """Seconds the training steps waited for their batches (the profiled step's not counted)."""
+        return sum(w for i, w in enumerate(self.waits) if i != evidence_at)
+
+
+def _workers_failed(describe: str, exc: BaseException) -> TrialRejected:
+    cause = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return TrialRejected(
+        Verdict.make(Kind.INCOMPATIBLE, f"loader {describe}: workers failed: {type(exc).__name__}: {cause}".rstrip(": "))
+    )
+
+
+@contextlib.contextmanager
+def batch_stream(workload: Workload, config: TrialConfig, device: torch.device) -> Iterator[BatchStream]:
+    """The trial's batches: the workload's own `train_batches`, or its dataset through the loader
+    built from the trial's settings (checked against the same seed without workers first)."""
+    settings, training = config.loader, config.training
+    check_settings(workload, settings, device)
+    if not workload.gives_dataset() or workload.trainer != "hpo":
+        yield BatchStream(workload.train_batches(training.batch_size, config.seed), False, [], device, "train_batches")
+        return
+    describe = ", ".join(f"{k}={v}" for k, v in settings.as_dict().items() if k != "loader")
+    reference = []
+    if settings.num_workers > 0:
+        plain = epochs(trial_loader(workload, settings, training.batch_size, config.seed, reference=True))
+        count = checked_batches(settings.num_workers, training.max_steps)
+        reference = [batch_checksum(next(plain)[0]) for _ in range(count)]
+    with core_split(settings, device) as split:
+        loader = trial_loader(workload, settings, training.batch_size, config.seed)
+        try:
+            source = epochs(loader)
+            stream = BatchStream(source, True, reference, device, describe, settings.num_workers)
+            stream.split = split
+            yield stream
+        finally:
+            source.close()  # ends the epoch's iterator, so its workers (persistent ones too) exit now

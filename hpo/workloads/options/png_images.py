@@ -1,0 +1,31 @@
+"""Options and metrics of the built-in `png_images` workload (model: hpo.workloads.png_images)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hpo.workloads.options import WorkloadOptions
+
+__all__ = ["METRICS", "Options", "PngImagesOptions"]
+
+METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PngImagesOptions(WorkloadOptions):
+    images: int = 512  # training images written once to the cache folder (plus a quarter for validation)
+    size: int = 64  # side of each PNG, in pixels
+    crop: int = 48  # side of the random crop each training sample gets
+    width: int = 16  # channels of the first convolution
+    cache_dir: str = ""  # where the PNGs are written; "" : <temp dir>/hpo-png-images
+
+    def __post_init__(self) -> None:
+        for name, low in (("images", 8), ("size", 8), ("crop", 4), ("width", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: must be an integer >= {low}, but got {value!r}")
+        if self.crop > self.size:
+            raise ValueError(f"crop: crop <= size must hold, but got crop={self.crop}, size={self.size}")
+
+
+Options = PngImagesOptions

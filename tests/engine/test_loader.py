@@ -1,0 +1,141 @@
+"""hpo builds a dataset workload's DataLoader from the searched settings, checks its first batches
+against the same seed without workers, records what delivered them, and refuses what cannot apply."""
+
+from __future__ import annotations
+
+import torch
+
+from hpo.config.resolve import build_config
+from hpo.config.space import parse_space
+from hpo.config.trial import Knobs, LoaderSettings
+from hpo.engine.loader import trial_loader
+from hpo.engine.loader_stream import batch_checksum
+from hpo.trial.executor import execute
+from hpo.verify.cache import MemoryVerdicts
+from hpo.workloads.dataset_batches import epochs
+from hpo.workloads.registry import create_workload
+
+KNOBS = Knobs(precision="fp32", attention="eager", optimizer="forloop")
+
+
+def _config(workload: str = "loader_workloads:DatasetToy", max_steps: int = 6, **systems):
+    space = parse_space(
+        {
+            "study": {"name": "loader", "pruner": {"name": "none"}, "n_trials": 1, "skip_slow": False},
+            "workload": {"name": workload, "max_steps": max_steps, "eval_every": max_steps, "n_blocks": 1},
+            "params": {"lr": 3e-3, "batch_size": 8},
+            "systems": {"precision": "fp32", "attention": "eager", "optimizer": "forloop", "device": "cpu", **systems},
+        },
+        source="test",
+    )
+    return build_config(space, {"lr": 3e-3, "batch_size": 8}, KNOBS)
+
+
+def _sums(settings: LoaderSettings, seed: int, count: int = 4) -> list[str]:
+    workload = create_workload("loader_workloads:DatasetToy", {"n_blocks": 1})
+    batches = epochs(trial_loader(workload, settings, 8, seed))
+    return [batch_checksum(next(batches)[0]) for _ in range(count)]
+
+
+def test_the_batch_order_is_a_function_of_the_seed_alone():
+    with_workers = _sums(LoaderSettings(num_workers=2), seed=3)
+    assert with_workers == _sums(LoaderSettings(), seed=3)
+    assert with_workers != _sums(LoaderSettings(), seed=4)
+
+
+def test_a_trial_with_workers_records_the_workers_that_delivered_its_batches():
+    outcome = execute(_config(num_workers=2, persistent_workers=True), MemoryVerdicts())
+    assert outcome.ok, outcome.verdict
+    observed = outcome.attrs["loader_observed"]
+    assert observed["workers"] == 2 and not observed["main_process"]
+    assert observed["batches_checked"] == 4
+    assert outcome.attrs["loader_requested"]["num_workers"] == 2
+    assert 0 <= outcome.attrs["data_wait_share"] <= 1
+
+
+def test_without_workers_the_trial_process_makes_the_batches():
+    outcome = execute(_config(), MemoryVerdicts())
+    assert outcome.ok, outcome.verdict
+    observed = outcome.attrs["loader_observed"]
+    assert observed["workers"] == 0 and observed["main_process"] and observed["batches_checked"] == 0
+
+
+def test_pin_memory_on_a_cpu_trial_is_recorded_as_not_observed():
+    outcome = execute(_config(pin_memory=True), MemoryVerdicts())
+    assert outcome.ok, outcome.verdict
+    assert outcome.attrs["loader_requested"]["pin_memory"] is True
+    assert outcome.attrs["loader_observed"]["pinned"] is None
+
+
+def test_loader_settings_on_a_workload_that_hands_batches_are_refused():
+    outcome = execute(_config("toy_workloads:Toy", num_workers=2), MemoryVerdicts())
+    assert str(outcome.verdict).startswith("incompatible: num_workers=2: workload Toy hands hpo batches")
+    assert outcome.verdict.implicates == (("num_workers", 2),)
+
+
+def test_worker_only_settings_without_workers_are_refused():
+    outcome = execute(_config(persistent_workers=True), MemoryVerdicts())
+    assert str(outcome.verdict).startswith("incompatible: persistent_workers=True needs loader workers, got num_workers=0")
+
+
+def test_dali_is_refused_where_it_cannot_run():
+    outcome = execute(_config(loader="dali"), MemoryVerdicts())
+    assert str(outcome.verdict).startswith("incompatible: loader=dali needs NVIDIA DALI")
+
+
+def test_a_dataset_that_cannot_reach_a_worker_is_refused_with_its_cause():
+    outcome = execute(_config("loader_workloads:UnpicklableToy", num_workers=1), MemoryVerdicts())
+    verdict = str(outcome.verdict)
+    assert verdict.startswith("incompatible: loader num_workers=1"), verdict
+    assert "workers failed: TypeError" in verdict and "pickle" in verdict
+
+
+def test_workers_that_reorder_samples_are_a_loader_mismatch():
+    outcome = execute(_config("loader_workloads:ShardedBySampleToy", num_workers=2), MemoryVerdicts())
+    assert str(outcome.verdict).startswith("mismatch: loader num_workers=2"), outcome.verdict
+    assert "batch 0 differs" in str(outcome.verdict)
+
+
+def test_workers_and_torch_threads_share_a_cpu_trials_cores():
+    seen = []
+    original = torch.set_num_threads
+    try:
+        torch.set_num_threads = lambda n: (seen.append(n), original(n))[1]
+        outcome = execute(_config(num_workers=1), MemoryVerdicts())
+    finally:
+        torch.set_num_threads = original
+    split = outcome.attrs["loader_observed"]["core_split"]
+    assert split["workers"] == 1 and split["compute_threads"] == max(1, split["cores"] - 1)
+    assert split["compute_threads"] in seen
+
+
+def test_dali_is_not_proposed_where_it_cannot_run_before_the_first_trial():
+    from hpo.verify.not_runnable import nothing_left
+    from hpo.verify.runnable import check_values
+
+    space = parse_space(
+        {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"loader": ["torch", "dali"], "device": "cpu"}},
+        source="test",
+    )
+    check = check_values(space.checked_systems, torch.device("cpu"))
+    assert check.value_why("loader", "dali").startswith("loader=dali needs NVIDIA DALI")
+    assert check.value_why("loader", "torch") is None
+    assert not nothing_left(space.checked_systems, check.parts())
+
+
+def test_searched_loader_settings_are_suggested_exported_and_leave_old_studies_unchanged():
+    import optuna
+
+    from hpo.config.resolve import fixed_config
+    from hpo.study.suggest import suggest_config
+
+    space = parse_space(
+        {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"num_workers": [0, 2], "pin_memory": True}}, "t"
+    )
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    config = suggest_config(trial, space)
+    assert trial.params == {"num_workers": config.loader.num_workers} and config.loader.pin_memory
+    assert fixed_config(parse_space(config.to_dict(), "export")).loader == config.loader
+    old = parse_space({"workload": {"name": "loader_workloads:DatasetToy"}}, "old")
+    assert set(old.fingerprint()["systems"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
+    assert "num_workers" not in old.raw.get("systems", {}) and "pin_memory" not in fixed_config(old).to_dict()["systems"]
