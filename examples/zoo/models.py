@@ -43,13 +43,14 @@ ZOO: dict[str, ZooModel] = _zoo(
         "causal_lm_lightning",
         {"d_model": 32, "seq_len": 32, "corpus_bytes": 20_000},
         "hpo built-in, Lightning decoder",
-    ),  # fmt: skip
+    ),
     ZooModel(
         "timeseries",
         "timeseries_classification",
         {"conv_channels": 16, "lstm_hidden": 16, "window": 32, "dropout": 0.0},
         "hpo built-in, CNN-LSTM-attention",
-    ),  # fmt: skip
+    ),
+    ZooModel("png_images", "png_images", {"images": 32, "size": 32, "crop": 28, "width": 8}, "hpo built-in, CNN on decoded PNGs"),
     ZooModel(
         "text_classification", "text_classification", {"model": "tiny", "n_train": 256, "n_eval": 64}, "hpo built-in, encoder"
     ),
