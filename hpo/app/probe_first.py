@@ -34,6 +34,7 @@ from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import add_study_user_attr
 from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, TIE_MARGIN, Timing, kept_of, outpaced, rank_precision, rejected_lines
 from hpo.verify.cache import StudyVerdicts
+from hpo.verify.machine_facts import MachineFacts
 from hpo.verify.steady import DEFAULT_POLICY, time_model
 from hpo.workloads.registry import create_workload
 
@@ -101,7 +102,10 @@ def _alive(pid) -> bool:
 
 def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say) -> dict:
     try:
-        decided = make_decision(space, sweep(space, StudyVerdicts(study)), space.study.keep_fastest)
+        machine = MachineFacts()
+        decided = make_decision(
+            space, sweep(space, StudyVerdicts(study), machine=machine), space.study.keep_fastest, machine=machine
+        )
     except BaseException as exc:  # the waiting workers must learn it, or they would wait forever
         add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})
         raise
@@ -111,15 +115,23 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
     return decided
 
 
-def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None) -> dict:
-    """Rank the verified rows per precision on raced, interleaved timings; keep `keep` of each."""
+def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None, machine: MachineFacts | None = None) -> dict:
+    """Rank the verified rows per precision on raced, interleaved timings; keep `keep` of each.
+    Rows this machine already raced (`known_ms`) are confirmed by one timing of their precision's
+    front runners instead (`raced_times`); with `machine`, each row's raced times are stored for the
+    next study."""
     by_precision: dict[str, list[SweepRow]] = {}
     for row in rows:
         if row.verdict == "ok":
             by_precision.setdefault(row.knobs["precision"], []).append(row)
     started, batch = time.perf_counter(), _batch_size(space)
     groups = {p: [r.knobs for r in _contenders(group)] for p, group in sorted(by_precision.items())}
-    race = raced_times(space, {p: g for p, g in groups.items() if g}, keep, measure)
+    prior = {_key(r.knobs): tuple(r.known_ms) for r in rows if r.known_ms}
+    race = raced_times(space, {p: g for p, g in groups.items() if g}, keep, measure, prior)
+    if machine is not None:
+        for row in rows:
+            if row.machine_key and _key(row.knobs) in race.times:
+                machine.update(row.machine_key, raced_ms=list(race.times[_key(row.knobs)]))
     ranked = {
         precision: rank_precision([Timing(r.knobs, race.times.get(_key(r.knobs)) or (_sweep_ms(r, batch),)) for r in group])
         for precision, group in sorted(by_precision.items())
@@ -136,7 +148,31 @@ def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=N
         "window": WINDOW,
         "tie_margin": TIE_MARGIN,
         "dropped": _window_dropped(by_precision, groups, batch) + race.dropped,
+        "confirmed": race.confirmed,
+        "from_machine": sum(r.from_machine for r in rows),
     }
+
+
+def _confirm(race: Race, precision: str, keys: list[str], prior: dict, keep: int, time_one, knobs_of) -> bool:
+    """Race one precision on this machine's stored times: those that cannot be among the `keep`
+    fastest on them are dropped (round 0), the others timed once now. True when every one of these
+    confirming timings agrees with its stored fastest within a single timing's noise (at least the
+    tie margin): the stored race stands, the new timing added to its repeats. False (nothing kept
+    in `race`) when one does not: this machine has changed, and the precision is raced anew."""
+    stored = {k: prior[k] for k in keys}
+    out = outpaced(stored, keep, POLICY.steady_spread)
+    front = [k for k in keys if k not in out]
+    now = {k: time_one(k) for k in front}
+    noise = 1 + max(TIE_MARGIN, POLICY.steady_spread)
+    if not all(min(stored[k]) / noise <= now[k] <= min(stored[k]) * noise for k in front):
+        return False
+    race.times.update({k: (*stored[k], now.get(k)) if k in now else stored[k] for k in keys})
+    race.dropped += [
+        {"knobs": knobs_of(k), "round": 0, "reason": f"stored on this machine: {why}", "times_ms": list(stored[k])}
+        for k, why in out.items()
+    ]
+    race.confirmed[precision] = now
+    return True
 
 
 def _window_dropped(by_precision: dict[str, list[SweepRow]], groups: dict[str, list[dict]], batch: int) -> list[dict]:
@@ -192,15 +228,19 @@ class Race:
 
     times: dict[str, tuple[float, ...]] = field(default_factory=dict)
     dropped: list[dict] = field(default_factory=list)
+    # Per precision decided from this machine's stored times: the confirming timings (ms).
+    confirmed: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, measure=None) -> Race:
+def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, measure=None, prior=None) -> Race:
     """Time each precision's candidates (`groups`) in up to `REPEATS` rounds, racing: round r times
     every candidate still in the race once, starting at a rotated position (so a machine that slows
     down for a while slows every candidate alike); after each round a candidate that provably cannot
     be among its precision's `keep` fastest (`hpo.study.strategy.outpaced`) leaves the race, and a
-    precision with no more than `keep` left is decided. `measure(config, round)` is the timer; tests
-    replace it."""
+    precision with no more than `keep` left is decided. A precision whose every candidate has
+    `prior` times (this machine's, from an earlier study) is raced on them instead, after one
+    confirming timing of those still in front (`_confirm`). `measure(config, round)` is the timer;
+    tests replace it."""
     race = Race()
     candidates = [k for group in groups.values() if len(group) > keep for k in group]
     if not candidates:
@@ -211,6 +251,16 @@ def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, me
     running = {p: [_key(k) for k in group] for p, group in groups.items() if len(group) > keep}
     times: dict[str, list[float]] = {key: [] for key in configs}
     with _Timer(list(configs.values())) if measure is None else _Fixed(measure) as timer:
+        for precision, keys in list(running.items()):
+            if (
+                prior
+                and all(k in prior for k in keys)
+                and _confirm(
+                    race, precision, keys, prior, keep, lambda k: timer(configs[k], 0), lambda k: configs[k].knobs.as_dict()
+                )
+            ):
+                running.pop(precision)
+                times.update({k: list(race.times[k]) for k in keys})
         for repeat in range(REPEATS):
             now = [key for keys in running.values() for key in keys]
             for i in range(len(now)):
@@ -224,7 +274,7 @@ def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, me
                 ]
                 running[precision] = [k for k in keys if k not in out]
             running = {p: keys for p, keys in running.items() if len(keys) > keep}
-    race.times = {k: tuple(v) for k, v in times.items() if v}
+    race.times.update({k: tuple(v) for k, v in times.items() if v})
     return race
 
 

@@ -155,7 +155,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
     study = create_or_resume(space, f"sqlite:///{tmp_path / 'pf.db'}")
     swept = []
 
-    def fake_sweep(space, store):
+    def fake_sweep(space, store, machine=None):
         swept.append(1)
         if fail and fail.pop(0):
             raise RuntimeError("device lost")
@@ -163,7 +163,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
 
     monkeypatch.setattr(probe_first, "sweep", fake_sweep)
     monkeypatch.setattr(
-        probe_first, "make_decision", lambda space, rows, keep: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []}
+        probe_first, "make_decision", lambda space, rows, keep, machine=None: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []}
     )
     monkeypatch.setattr(probe_first, "_save_note", lambda study: None)
     monkeypatch.setattr(probe_first, "decision_note", lambda decided: "decided")
