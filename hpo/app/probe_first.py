@@ -155,16 +155,19 @@ def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=N
 
 def _confirm(race: Race, precision: str, keys: list[str], prior: dict, keep: int, time_one, knobs_of) -> bool:
     """Race one precision on this machine's stored times: those that cannot be among the `keep`
-    fastest on them are dropped (round 0), the others timed once now. True when every one of these
-    confirming timings agrees with its stored fastest within a single timing's noise (at least the
-    tie margin): the stored race stands, the new timing added to its repeats. False (nothing kept
-    in `race`) when one does not: this machine has changed, and the precision is raced anew."""
+    fastest on them are dropped (round 0), the others timed once now. True when these confirming
+    timings agree with the stored race: none faster than its stored fastest by more than a single
+    timing's noise (at least the tie margin; noise only adds time, so a stored fastest that is beaten
+    was not this machine's speed), and all slowed alike, within that noise (a busier machine slows
+    every candidate; a changed one reorders them). The stored race then stands, each new timing added
+    to its repeats. False (nothing kept in `race`) otherwise: the precision is raced anew."""
     stored = {k: prior[k] for k in keys}
     out = outpaced(stored, keep, POLICY.steady_spread)
     front = [k for k in keys if k not in out]
     now = {k: time_one(k) for k in front}
     noise = 1 + max(TIE_MARGIN, POLICY.steady_spread)
-    if not all(min(stored[k]) / noise <= now[k] <= min(stored[k]) * noise for k in front):
+    slowed = [now[k] / min(stored[k]) for k in front]
+    if min(slowed) * noise < 1 or max(slowed) > min(slowed) * noise:
         return False
     race.times.update({k: (*stored[k], now.get(k)) if k in now else stored[k] for k in keys})
     race.dropped += [
