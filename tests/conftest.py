@@ -52,6 +52,13 @@ def toy_config(
 
 
 @pytest.fixture(autouse=True)
+def _own_machine_facts(tmp_path_factory, monkeypatch):
+    """Each test its own empty store of this machine's facts (`hpo.verify.machine_facts`), never the
+    user's: a fact one test proved would otherwise spare another test's probe. Made when written."""
+    monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path_factory.getbasetemp() / f"machine-facts-{uuid.uuid4().hex}"))
+
+
+@pytest.fixture(autouse=True)
 def _restore_torch_state():
     """Tests must not leak global torch state into each other (litgpt does the same)."""
     saved = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.backends.cudnn.benchmark)
