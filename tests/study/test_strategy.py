@@ -163,7 +163,9 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
 
     monkeypatch.setattr(probe_first, "sweep", fake_sweep)
     monkeypatch.setattr(
-        probe_first, "make_decision", lambda space, rows, keep, machine=None: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []}
+        probe_first,
+        "make_decision",
+        lambda space, rows, keep, machine=None: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []},
     )
     monkeypatch.setattr(probe_first, "_save_note", lambda study: None)
     monkeypatch.setattr(probe_first, "decision_note", lambda decided: "decided")
