@@ -210,6 +210,22 @@ class TrialRecord(_Record):
     not_retried: str | None = Field(
         None, description="on an error that is not retried: why (`same error as trial N`, or the retries spent)"
     )
+    memory_limit_mb: float | None = Field(
+        None,
+        description="the memory limit the trial was held to: `study.memory_limit_gb`, or on CUDA the device's total "
+        "less a margin (see Memory); absent without a limit",
+    )
+    memory_model: dict[str, Any] | None = Field(
+        None,
+        description="the knob combination's peak model, peak = `fixed_mb` + `per_sample_mb` x batch, fitted to real "
+        "steps at `batches`",
+    )
+    predicted_peak_mb: float | None = Field(
+        None, description="the peak model's prediction at the trial's batch size, beside the measured `peak_mem_mb`"
+    )
+    batch_size_chosen: int | None = Field(
+        None, description="with `params.batch_size: auto`: the batch the trial trained at (its `config` holds it too)"
+    )
 
 
 class RecordKey:
@@ -271,6 +287,10 @@ class RecordKey:
     ERROR_SIGNATURE = "error_signature"
     PREVIOUS_ERROR_SIGNATURE = "previous_error_signature"
     NOT_RETRIED = "not_retried"
+    MEMORY_LIMIT_MB = "memory_limit_mb"
+    MEMORY_MODEL = "memory_model"
+    PREDICTED_PEAK_MB = "predicted_peak_mb"
+    BATCH_SIZE_CHOSEN = "batch_size_chosen"
 
 
 def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:

@@ -60,6 +60,14 @@ TINY_OPTIONS: dict[str, Callable[[Path], dict]] = {
     "causal_lm_lightning": lambda folder: dict(_CAUSAL),
     "hf_text_classification": _hf_text,
     "hf_causal_lm": _hf_causal,
+    "png_images": lambda folder: {
+        "images": 16,
+        "size": 16,
+        "crop": 12,
+        "width": 4,
+        "dropout": 0.5,
+        "cache_dir": str(folder / "png"),
+    },
 }
 
 

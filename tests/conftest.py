@@ -52,6 +52,22 @@ def toy_config(
 
 
 @pytest.fixture(autouse=True)
+def _own_machine_facts(tmp_path_factory):
+    """Each test its own empty store of this machine's facts (`hpo.verify.machine_facts`), never the
+    user's: a fact one test proved would otherwise spare another test's probe. Made when written.
+    Not through `monkeypatch`: an autouse fixture that requests it would set it up before a test
+    module's own autouse fixtures, so its undo would come after their teardown, and a teardown
+    that reads something the test patched would still see the patch."""
+    saved = os.environ.get("HPO_MACHINE_FACTS")
+    os.environ["HPO_MACHINE_FACTS"] = str(tmp_path_factory.getbasetemp() / f"machine-facts-{uuid.uuid4().hex}")
+    yield
+    if saved is None:
+        os.environ.pop("HPO_MACHINE_FACTS", None)
+    else:
+        os.environ["HPO_MACHINE_FACTS"] = saved
+
+
+@pytest.fixture(autouse=True)
 def _restore_torch_state():
     """Tests must not leak global torch state into each other (litgpt does the same)."""
     saved = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.backends.cudnn.benchmark)

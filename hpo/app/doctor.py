@@ -43,7 +43,35 @@ def capability_report(device: torch.device) -> dict:
         "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
         "peak_tflops": _peaks(device),
+        "machine_facts": machine_facts(),
     }
+
+
+def machine_facts() -> dict:
+    """What this machine keeps from earlier probes (`hpo.verify.machine_facts`): one row per stored
+    combination of a model, batch and software, with its verdict and step times."""
+    from hpo.verify.machine_facts import MachineFacts
+
+    store = MachineFacts()
+    rows = []
+    for entry in store.entries():
+        facts, speed = entry.get("facts") or {}, entry.get("speed") or {}
+        rows.append(
+            {
+                "key": entry["key"],
+                "workload": facts.get("workload"),
+                "knobs": facts.get("knobs"),
+                "device": facts.get("device"),
+                "torch": (facts.get("versions") or {}).get("torch"),
+                "batch_size": speed.get("batch_size"),
+                "verdict": (entry.get("verdict") or {}).get("verdict"),
+                "speed": speed.get("verdict"),
+                "step_ms": speed.get("trial_step_ms"),
+                "raced_ms": entry.get("raced_ms"),
+                "at": entry.get("at"),
+            }
+        )
+    return {"folder": str(store.directory), "entries": rows}
 
 
 def device_from_flag(name: str) -> torch.device:
@@ -96,6 +124,12 @@ def format_report(report: dict) -> str:
         lines.append(
             f"  {precision:<20}" + ("unknown for this device" if peak is None else f"{peak['tflops']:g}  {peak['source']}")
         )
+    stored = report.get("machine_facts") or {"folder": "?", "entries": []}
+    lines.append(f"machine facts {len(stored['entries'])} stored in {stored['folder']} (`hpo probe --fresh` ignores them)")
+    for row in stored["entries"]:
+        knobs = " ".join(f"{k}={v}" for k, v in (row["knobs"] or {}).items())
+        step = "" if row["step_ms"] is None else f", {row['step_ms']:.3g} ms/step at batch {row['batch_size']}"
+        lines.append(f"  {row['workload']} {knobs} torch {row['torch']}: {row['speed'] or row['verdict']}{step}")
     for row in report.get("verdicts", []):
         knobs = row["knobs"] or {}
         shown = " ".join(f"{k}={v}" for k, v in knobs.items())

@@ -100,6 +100,12 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     format_args(p, 'a list of the files written, [{"number", "what", "path"}]')
     p = add("probe", commands["probe"], "probe every knob combination of a space here, ranked by throughput (no training)")
     p.add_argument("space", help="the search-space YAML file (an exported config is one)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="probe every combination anew, ignoring the facts this machine keeps from earlier probes of this model "
+        "(`hpo doctor` lists them); what is measured replaces them",
+    )
     storage_args(p, study_required=False)
     format_args(p, "a list of knob rows, ranked by samples/s")
     p = add("enqueue", commands["enqueue"], "warm start: enqueue an exported config, or another study's K best, as next trials")

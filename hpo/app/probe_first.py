@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import optuna
 
@@ -31,12 +32,13 @@ from hpo.knobs.registry import KNOB_NAMES
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import add_study_user_attr
-from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, Timing, kept_of, rank_precision, rejected_lines
+from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, TIE_MARGIN, Timing, kept_of, outpaced, rank_precision, rejected_lines
 from hpo.verify.cache import StudyVerdicts
+from hpo.verify.machine_facts import MachineFacts
 from hpo.verify.steady import DEFAULT_POLICY, time_model
 from hpo.workloads.registry import create_workload
 
-__all__ = ["NothingVerified", "decide", "interleaved_times", "make_decision"]
+__all__ = ["NothingVerified", "Race", "decide", "make_decision", "raced_times"]
 
 REPEATS = 3  # rounds over the candidates; each round times every candidate once, in a rotated order
 # Each round's timing of a candidate: untimed steps at its shape first, then repeats until steady;
@@ -100,7 +102,10 @@ def _alive(pid) -> bool:
 
 def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say) -> dict:
     try:
-        decided = make_decision(space, sweep(space, StudyVerdicts(study)), space.study.keep_fastest)
+        machine = MachineFacts()
+        decided = make_decision(
+            space, sweep(space, StudyVerdicts(study), machine=machine), space.study.keep_fastest, machine=machine
+        )
     except BaseException as exc:  # the waiting workers must learn it, or they would wait forever
         add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})
         raise
@@ -110,16 +115,25 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
     return decided
 
 
-def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None) -> dict:
-    """Rank the verified rows per precision on interleaved timings; keep `keep` of each."""
+def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None, machine: MachineFacts | None = None) -> dict:
+    """Rank the verified rows per precision on raced, interleaved timings; keep `keep` of each.
+    Rows this machine already raced (`known_ms`) are confirmed by one timing of their precision's
+    front runners instead (`raced_times`); with `machine`, each row's raced times are stored for the
+    next study."""
     by_precision: dict[str, list[SweepRow]] = {}
     for row in rows:
         if row.verdict == "ok":
             by_precision.setdefault(row.knobs["precision"], []).append(row)
     started, batch = time.perf_counter(), _batch_size(space)
-    timed = interleaved_times(space, [r.knobs for group in by_precision.values() for r in _contenders(group)], measure)
+    groups = {p: [r.knobs for r in _contenders(group)] for p, group in sorted(by_precision.items())}
+    prior = {_key(r.knobs): tuple(r.known_ms) for r in rows if r.known_ms}
+    race = raced_times(space, {p: g for p, g in groups.items() if g}, keep, measure, prior)
+    if machine is not None:
+        for row in rows:
+            if row.machine_key and _key(row.knobs) in race.times:
+                machine.update(row.machine_key, raced_ms=list(race.times[_key(row.knobs)]))
     ranked = {
-        precision: rank_precision([Timing(r.knobs, timed.get(_key(r.knobs)) or (_sweep_ms(r, batch),)) for r in group])
+        precision: rank_precision([Timing(r.knobs, race.times.get(_key(r.knobs)) or (_sweep_ms(r, batch),)) for r in group])
         for precision, group in sorted(by_precision.items())
     }
     return {
@@ -132,7 +146,48 @@ def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=N
         "timing": POLICY.record(),
         "timed_again_s": time.perf_counter() - started,
         "window": WINDOW,
+        "tie_margin": TIE_MARGIN,
+        "dropped": _window_dropped(by_precision, groups, batch) + race.dropped,
+        "confirmed": race.confirmed,
+        "from_machine": sum(r.from_machine for r in rows),
     }
+
+
+def _confirm(race: Race, precision: str, keys: list[str], prior: dict, keep: int, time_one, knobs_of) -> bool:
+    """Race one precision on this machine's stored times: those that cannot be among the `keep`
+    fastest on them are dropped (round 0), the others timed once now. True when these confirming
+    timings agree with the stored race: none faster than its stored fastest by more than a single
+    timing's noise (at least the tie margin; noise only adds time, so a stored fastest that is beaten
+    was not this machine's speed), and all slowed alike, within that noise (a busier machine slows
+    every candidate; a changed one reorders them). The stored race then stands, each new timing added
+    to its repeats. False (nothing kept in `race`) otherwise: the precision is raced anew."""
+    stored = {k: prior[k] for k in keys}
+    out = outpaced(stored, keep, POLICY.steady_spread)
+    front = [k for k in keys if k not in out]
+    now = {k: time_one(k) for k in front}
+    noise = 1 + max(TIE_MARGIN, POLICY.steady_spread)
+    slowed = [now[k] / min(stored[k]) for k in front]
+    if min(slowed) * noise < 1 or max(slowed) > min(slowed) * noise:
+        return False
+    race.times.update({k: (*stored[k], now.get(k)) if k in now else stored[k] for k in keys})
+    race.dropped += [
+        {"knobs": knobs_of(k), "round": 0, "reason": f"stored on this machine: {why}", "times_ms": list(stored[k])}
+        for k, why in out.items()
+    ]
+    race.confirmed[precision] = now
+    return True
+
+
+def _window_dropped(by_precision: dict[str, list[SweepRow]], groups: dict[str, list[dict]], batch: int) -> list[dict]:
+    """Round 0 of the race: the verified rows the sweep's own timing left out of it (over WINDOW)."""
+    dropped = []
+    for precision, group in by_precision.items():
+        timed = {_key(k) for k in groups.get(precision, [])}
+        for row in group:
+            if len(group) > 1 and _key(row.knobs) not in timed:
+                why = f"the sweep timed it over {WINDOW:g}x its precision's fastest: not timed again"
+                dropped.append({"knobs": row.knobs, "round": 0, "reason": why, "times_ms": [_sweep_ms(row, batch)]})
+    return dropped
 
 
 def _batch_size(space: SearchSpace) -> int:
@@ -169,21 +224,61 @@ def _ranking_line(precision: str, ranked) -> dict:
     }
 
 
-def interleaved_times(space: SearchSpace, candidates: list[dict], measure=None) -> dict[str, tuple[float, ...]]:
-    """Each candidate's step time, `REPEATS` times, the repeats interleaved across candidates (round
-    r times them all, starting at a rotated position), so a machine that slows down for a while
-    slows every candidate alike. `measure(config, round)` is the timer; tests replace it."""
+@dataclass
+class Race:
+    """Each candidate's step times, one per round it ran (`times`), and the candidates dropped from
+    the race: at which round, why and on which times (`dropped`)."""
+
+    times: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    dropped: list[dict] = field(default_factory=list)
+    # Per precision decided from this machine's stored times: the confirming timings (ms).
+    confirmed: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, measure=None, prior=None) -> Race:
+    """Time each precision's candidates (`groups`) in up to `REPEATS` rounds, racing: round r times
+    every candidate still in the race once, starting at a rotated position (so a machine that slows
+    down for a while slows every candidate alike); after each round a candidate that provably cannot
+    be among its precision's `keep` fastest (`hpo.study.strategy.outpaced`) leaves the race, and a
+    precision with no more than `keep` left is decided. A precision whose every candidate has
+    `prior` times (this machine's, from an earlier study) is raced on them instead, after one
+    confirming timing of those still in front (`_confirm`). `measure(config, round)` is the timer;
+    tests replace it."""
+    race = Race()
+    candidates = [k for group in groups.values() if len(group) > keep for k in group]
     if not candidates:
-        return {}
+        return race
     values = representative_values(space)
-    configs = [build_config(space, values, Knobs(**k)) for k in candidates]
-    with _Timer(configs) if measure is None else _Fixed(measure) as timer:
-        times: dict[str, list[float]] = {_key(k): [] for k in candidates}
+    configs = {_key(k): build_config(space, values, Knobs(**k)) for k in candidates}
+    # A precision with no more than `keep` candidates keeps them all: nothing to time.
+    running = {p: [_key(k) for k in group] for p, group in groups.items() if len(group) > keep}
+    times: dict[str, list[float]] = {key: [] for key in configs}
+    with _Timer(list(configs.values())) if measure is None else _Fixed(measure) as timer:
+        for precision, keys in list(running.items()):
+            if (
+                prior
+                and all(k in prior for k in keys)
+                and _confirm(
+                    race, precision, keys, prior, keep, lambda k: timer(configs[k], 0), lambda k: configs[k].knobs.as_dict()
+                )
+            ):
+                running.pop(precision)
+                times.update({k: list(race.times[k]) for k in keys})
         for repeat in range(REPEATS):
-            for i in range(len(configs)):
-                index = (i + repeat) % len(configs)
-                times[_key(candidates[index])].append(timer(configs[index], repeat))
-    return {k: tuple(v) for k, v in times.items()}
+            now = [key for keys in running.values() for key in keys]
+            for i in range(len(now)):
+                key = now[(i + repeat) % len(now)]
+                times[key].append(timer(configs[key], repeat))
+            for precision, keys in running.items():
+                out = outpaced({k: tuple(times[k]) for k in keys}, keep, POLICY.steady_spread)
+                race.dropped += [
+                    {"knobs": configs[k].knobs.as_dict(), "round": repeat + 1, "reason": why, "times_ms": list(times[k])}
+                    for k, why in out.items()
+                ]
+                running[precision] = [k for k in keys if k not in out]
+            running = {p: keys for p, keys in running.items() if len(keys) > keep}
+    race.times.update({k: tuple(v) for k, v in times.items() if v})
+    return race
 
 
 class _Fixed:

@@ -32,7 +32,9 @@ from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, refere
 from hpo.verify.compared import ReferenceMemory
 from hpo.verify.implied import implied_failure
 from hpo.verify.known_failures import is_sticky_device_error
+from hpo.verify.machine_facts import MachineFacts, batch_signature, model_signature
 from hpo.verify.probe import keep_probe, run_probe
+from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.workloads.registry import create_workload
 
 _log = get_logger(__name__)
@@ -52,6 +54,11 @@ class SweepRow:
     cached: bool
     loss_bound: float | None = None  # the bounds the errors were judged against, measured on this model
     grad_bound: float | None = None
+    # This machine's facts (`hpo.verify.machine_facts`): the entry's key, whether the row was read
+    # from it instead of probed, and the step times it was last raced on (probe_first's re-timing).
+    machine_key: str | None = None
+    from_machine: bool = False
+    known_ms: list[float] | None = None
 
 
 def combinations(space: SearchSpace) -> list[Knobs]:
@@ -59,8 +66,10 @@ def combinations(space: SearchSpace) -> list[Knobs]:
     return [Knobs(**dict(zip(names, values, strict=True))) for values in itertools.product(*space.systems.values())]
 
 
-def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow]:
+def sweep(space: SearchSpace, store: VerdictStore, on_row=None, machine: MachineFacts | None = None) -> list[SweepRow]:
     """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last).
+    With `machine`, a combination this machine already proved for this model, batch and software
+    is read from it instead of probed, and what is probed is stored there.
 
     After a sticky device error (a CUDA error leaves the device unusable until the process ends)
     the combination that raised it gets an error row, and the rest are probed in a fresh process,
@@ -70,9 +79,9 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
     device = resolve_device(configs[0].device)
     rows: list[SweepRow] = []
     report = (lambda row: (rows.append(row), on_row(row))) if on_row is not None else rows.append
-    remaining = _probe_all(space, configs, store, report)
+    remaining = _probe_all(space, configs, store, report, machine=machine)
     while remaining:
-        remaining = _probe_in_fresh_process(space, configs, store, remaining, report)
+        remaining = _probe_in_fresh_process(space, configs, store, remaining, report, machine)
     # The reference's own step time is known once any other combination was timed against it.
     reference_ms = (store.get(reference_key(configs[0], device)) or {}).get("step_ms")
     by_knobs = {str(config.knobs.as_dict()): config for config in configs}
@@ -83,7 +92,9 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None) -> list[SweepRow
     return sorted(rows, key=lambda r: (r.samples_per_s is None, -(r.samples_per_s or 0.0)))
 
 
-def _probe_all(space: SearchSpace, configs: list[TrialConfig], store: VerdictStore, report, indices=None) -> list[int]:
+def _probe_all(
+    space: SearchSpace, configs: list[TrialConfig], store: VerdictStore, report, indices=None, machine: MachineFacts | None = None
+) -> list[int]:
     """Probe `configs` (those at `indices`, default all) in this process, reporting each row.
     Returns the indices left unprobed after a sticky device error (empty when all were probed)."""
     indices = list(range(len(configs))) if indices is None else indices
@@ -92,10 +103,11 @@ def _probe_all(space: SearchSpace, configs: list[TrialConfig], store: VerdictSto
     workload.bind_training(configs[0].training.params())
     with trial_runtime(device):
         references = ReferenceMemory()  # the reference's compared step runs once, not once a combination
+        signed = _Signed(machine, workload, configs[0]) if machine is not None else None
         for position, index in enumerate(indices):
             config = configs[index]
             try:
-                report(_probe_one(workload, config, device, store, references))
+                report(_probe_one(workload, config, device, store, references, signed))
             except Exception as exc:  # noqa: BLE001 - _probe_one re-raises only a sticky device error
                 _log.warning(f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process")
                 report(_error_row(config, exc))
@@ -103,12 +115,12 @@ def _probe_all(space: SearchSpace, configs: list[TrialConfig], store: VerdictSto
     return []
 
 
-def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[int], report) -> list[int]:
+def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[int], report, machine=None) -> list[int]:
     """`_probe_all` in a new interpreter (spawned: nothing of this process's device state is
     inherited). Its rows come back through a pipe; returns what it left unprobed in turn."""
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there))
+    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there, machine))
     child.start()
     there.close()
     left = []
@@ -127,9 +139,9 @@ def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[i
     return left
 
 
-def _probe_child(space, configs, address, indices, conn) -> None:
+def _probe_child(space, configs, address, indices, conn, machine=None) -> None:
     store = MemoryVerdicts() if address is None else _open_store(*address)
-    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices)
+    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices, machine)
     conn.send(("left", left))
     conn.close()
 
@@ -161,11 +173,33 @@ def _knobs(config: TrialConfig) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.knobs.as_dict().items())
 
 
-def _probe_one(workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceMemory) -> SweepRow:
+class _Signed:
+    """This machine's facts, with the signature of the model and batch a sweep probes (one model
+    built to read it: its shapes, not its weights, are what the key needs)."""
+
+    def __init__(self, machine: MachineFacts, workload, config: TrialConfig) -> None:
+        self.machine = machine
+        self.signature = model_signature(workload.build_model(REFERENCE_KNOBS.attention))
+        self.batch = batch_signature(next(workload.train_batches(config.training.batch_size, config.seed)))
+
+    def key(self, facts: dict) -> str:
+        return self.machine.key(self.signature, self.batch, facts)[0]
+
+
+def _probe_one(
+    workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceMemory, signed=None
+) -> SweepRow:
     key, facts = verdict_key(config, device)
     batch_size = config.training.batch_size
     record, speed = store.get(key), store.get(speed_key(key, batch_size))
     cached = record is not None and (speed is not None or not cached_verdict(record).ok)
+    machine_key = signed.key(facts) if signed is not None else None
+    known = signed.machine.get(machine_key) if signed is not None and not cached else None
+    if known is not None:  # proved on this machine by an earlier study: into this study's store
+        store.add(key, known["verdict"])
+        if known.get("speed") is not None:
+            store.add(speed_key(key, batch_size), known["speed"])
+        record, speed, cached = known["verdict"], known.get("speed"), True
     implied = None if cached else implied_failure(store, _values(config), facts["device"])
     if implied is not None:
         return SweepRow(config.knobs.as_dict(), str(implied), None, None, None, None, None, cached=True)
@@ -178,6 +212,8 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
             _log.warning(f"hpo probe: {_knobs(config)} failed with an error (not a verdict):\n{short_traceback(exc)}")
             return _error_row(config, exc)
         record, speed = keep_probe(store, key, facts, probe, batch_size)
+        if signed is not None:
+            signed.machine.put(machine_key, {"facts": facts, "verdict": record, "speed": speed})
     verdict = cached_verdict(record)
     if verdict.ok and speed is not None:
         verdict = cached_verdict(speed)
@@ -194,6 +230,9 @@ def _probe_one(workload, config: TrialConfig, device: torch.device, store: Verdi
         loss_bound=record.get("loss_bound"),
         grad_bound=record.get("grad_bound"),
         cached=cached,
+        machine_key=machine_key,
+        from_machine=known is not None,
+        known_ms=(known or {}).get("raced_ms"),
     )
 
 

@@ -12,6 +12,7 @@ from hpo.errors import UserInputError
 
 __all__ = [
     "TRAINING_RULES",
+    "AutoBatch",
     "Choices",
     "Fixed",
     "FloatRange",
@@ -21,6 +22,7 @@ __all__ = [
     "check_training_param",
     "contains",
     "describe",
+    "parse_auto_batch",
     "parse_param",
 ]
 
@@ -58,7 +60,38 @@ class Fixed:
     value: Any
 
 
-ParamSpec = FloatRange | IntRange | Choices | Fixed
+@dataclass(frozen=True)
+class AutoBatch:
+    """`batch_size: auto`: each trial trains at the largest batch, up to `max` and a multiple of
+    `multiple_of`, that its knobs fit in the memory limit (`hpo.trial.memory_budget`). Not a
+    sampler's param: the trial records the batch it ran."""
+
+    max: int = 1024
+    multiple_of: int = 1
+
+    def record(self) -> dict[str, Any]:
+        return {"auto": {"max": self.max, "multiple_of": self.multiple_of}}
+
+
+ParamSpec = FloatRange | IntRange | Choices | Fixed | AutoBatch
+
+
+def parse_auto_batch(path: str, raw: Any) -> AutoBatch | None:
+    """`auto` or `{auto: {max, multiple_of}}` as an AutoBatch; None for any other batch size spec."""
+    if raw == "auto":
+        return AutoBatch()
+    if not isinstance(raw, dict) or "auto" not in raw:
+        return None
+    options = raw["auto"] if raw["auto"] is not None else {}
+    if len(raw) != 1 or not isinstance(options, dict) or set(options) - {"max", "multiple_of"}:
+        raise UserInputError(f"{path}: an automatic batch size is `auto` or {{auto: {{max: 1024, multiple_of: 8}}}}, got {raw!r}")
+    for key, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserInputError(f"{path}.auto.{key} must be an integer >= 1, got {value!r}")
+    spec = AutoBatch(**options)
+    if spec.multiple_of > spec.max:
+        raise UserInputError(f"{path}.auto: multiple_of <= max must hold, got multiple_of={spec.multiple_of}, max={spec.max}")
+    return spec
 
 
 def parse_param(path: str, raw: Any) -> ParamSpec:
@@ -150,6 +183,8 @@ def candidates(path: str, spec: ParamSpec) -> list[tuple[str, Any]]:
     a range's bounds."""
     if isinstance(spec, Fixed):
         return [(path, spec.value)]
+    if isinstance(spec, AutoBatch):  # checked when parsed
+        return []
     if isinstance(spec, Choices):
         return [(spec.path_of(path, i), value) for i, value in enumerate(spec.choices)]
     return [(f"{path}.low", spec.low), (f"{path}.high", spec.high)]
@@ -177,6 +212,8 @@ def contains(spec: ParamSpec, value: Any) -> bool:
         return value == spec.value and isinstance(value, bool) == isinstance(spec.value, bool)
     if isinstance(spec, Choices):
         return value in spec.choices
+    if isinstance(spec, AutoBatch):
+        return type(value) is int and 1 <= value <= spec.max and value % spec.multiple_of == 0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     if isinstance(spec, IntRange) and not isinstance(value, int):
@@ -195,5 +232,7 @@ def describe(spec: ParamSpec | list) -> str:
         return f"fixed value {spec.value!r}"
     if isinstance(spec, (list, Choices)):
         return f"choices {list(getattr(spec, 'choices', spec))}"
+    if isinstance(spec, AutoBatch):
+        return f"auto (the largest batch that fits, up to {spec.max}, a multiple of {spec.multiple_of})"
     step = "" if spec.step in (None, 1) else f" in steps of {spec.step}"
     return f"range {spec.low}..{spec.high}{' (log)' if spec.log else ''}{step}"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.config.objectives import metric_direction, study_directions
-from hpo.config.params import Choices, Fixed, IntRange, ParamSpec, describe
+from hpo.config.params import AutoBatch, Choices, Fixed, IntRange, ParamSpec, describe
 from hpo.config.space import SearchSpace, load_space
 from hpo.config.trial import TRAINING_KEYS, Knobs, LoaderSettings, Target, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
@@ -29,6 +29,9 @@ def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs, loade
     """The config of one trial: `values` holds a value for every param of the space; `loader`
     (None: each setting's first value in the space) the input pipeline."""
     spec = space.spec
+    auto = values.get("batch_size") if isinstance(values.get("batch_size"), AutoBatch) else None
+    if auto is not None:
+        values = {**values, "batch_size": auto.multiple_of}
     training = TrainingConfig(
         max_steps=spec.workload.max_steps,
         eval_every=spec.workload.eval_every,
@@ -51,6 +54,8 @@ def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs, loade
         device=spec.systems.device,
         skip_slow=spec.study.skip_slow,
         slow_ratio=spec.study.slow_ratio,
+        memory_limit_gb=spec.study.memory_limit_gb,
+        batch_auto=auto,
     )
 
 
@@ -67,7 +72,7 @@ def _target(spec) -> Target | None:
 
 def searched_keys(space: SearchSpace) -> dict[str, Any]:
     """Key path -> what the file searches there, for every param and knob that is not fixed."""
-    params = {f"params.{k}": spec for k, spec in space.params.items() if not isinstance(spec, Fixed)}
+    params = {f"params.{k}": spec for k, spec in space.params.items() if not isinstance(spec, (Fixed, AutoBatch))}
     knobs = {f"systems.{k}": choices for k, choices in {**space.systems, **space.loader}.items() if len(choices) > 1}
     return {**params, **knobs}
 
@@ -80,6 +85,8 @@ def first_loader(space: SearchSpace) -> LoaderSettings:
 def _middle(spec: ParamSpec):
     if isinstance(spec, Fixed):
         return spec.value
+    if isinstance(spec, AutoBatch):  # chosen by the trial (`hpo.trial.memory_budget`)
+        return spec
     if isinstance(spec, Choices):
         return spec.choices[0]
     middle = math.sqrt(spec.low * spec.high) if spec.log else (spec.low + spec.high) / 2
@@ -109,7 +116,7 @@ def fixed_config(space: SearchSpace) -> TrialConfig:
             f"{space.source}: {path}: a config to train or enqueue holds one value per key, "
             f"got {describe(what)}; write one value (or search it with `hpo run`)"
         )
-    values = {name: spec.value for name, spec in space.params.items() if isinstance(spec, Fixed)}
+    values = {name: spec.value if isinstance(spec, Fixed) else spec for name, spec in space.params.items()}
     return build_config(space, values, Knobs(**{name: choices[0] for name, choices in space.systems.items()}))
 
 

@@ -57,6 +57,10 @@ class StudySpec(_Strict):
     # trial then ends FAIL with a `timeout: ...` verdict and is retried under max_retries. With
     # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.runtime.deadline).
     trial_timeout_s: float | None = Field(default=None, gt=0)
+    # A trial predicted to need more memory than this is rejected before it trains (`oom: predicted
+    # ...`), and `params.batch_size: auto` fills it. Default: on CUDA the device's total less a
+    # margin (hpo.hardware.memory_model); on a CPU none, and when set hpo's own meter enforces it.
+    memory_limit_gb: float | None = Field(default=None, gt=0)
     # joint: the sampler searches the hyperparameters and the knobs together. probe_first: the study
     # starts with `hpo probe`'s sweep; the knobs that do not change the arithmetic are fixed to the
     # fastest verified combination, and the sampler searches the hyperparameters plus the precision

@@ -14,7 +14,7 @@ import pydantic
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config import legacy
 from hpo.config.objectives import SYSTEM_METRICS, metric_direction, study_directions
-from hpo.config.params import ParamSpec, candidates, check_training_param, parse_param
+from hpo.config.params import ParamSpec, candidates, check_training_param, parse_auto_batch, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
 from hpo.config.trial import TRAINING_KEYS, LoaderSettings
@@ -102,6 +102,9 @@ def _current_format(raw: dict) -> tuple[dict, Callable[[str], str]]:
 
 def _parse_param(name: str, raw: Any, where: Callable[[str], str]) -> ParamSpec:
     path = where(f"params.{name}")
+    auto = parse_auto_batch(path, raw) if name == "batch_size" else None
+    if auto is not None:
+        return auto
     spec = parse_param(path, raw)
     check_training_param(path, name, spec)
     return spec

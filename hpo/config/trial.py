@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpo import CONFIG_FORMAT, __version__
-from hpo.config.params import TRAINING_RULES
+from hpo.config.params import TRAINING_RULES, AutoBatch
 
 __all__ = ["TRAINING_KEYS", "Knobs", "LoaderSettings", "Target", "TrainingConfig", "TrialConfig"]
 
@@ -113,6 +113,10 @@ class TrialConfig:
     device: str = _DEFAULT_DEVICE
     skip_slow: bool = True
     slow_ratio: float = 5.0
+    memory_limit_gb: float | None = None
+    # `batch_size: auto`: the executor picks the batch and trains a copy with it and this unset;
+    # until then `training.batch_size` is `multiple_of`, the batch the probe runs at.
+    batch_auto: AutoBatch | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A search-space file with every value fixed: `hpo validate`, `run` and `train` read it."""
@@ -127,7 +131,7 @@ class TrialConfig:
         return {
             "format": CONFIG_FORMAT,
             "hpo_version": __version__,
-            "study": {**study, "skip_slow": self.skip_slow, "slow_ratio": self.slow_ratio},
+            "study": {**study, "skip_slow": self.skip_slow, "slow_ratio": self.slow_ratio, **self._memory_limit()},
             "workload": {
                 "name": self.workload,
                 "max_steps": training.max_steps,
@@ -135,9 +139,12 @@ class TrialConfig:
                 **_budget(training),
                 **self.workload_options,
             },
-            "params": training.params(),
+            "params": {**training.params(), **({"batch_size": self.batch_auto.record()} if self.batch_auto else {})},
             "systems": systems,
         }
+
+    def _memory_limit(self) -> dict[str, Any]:
+        return {} if self.memory_limit_gb is None else {"memory_limit_gb": self.memory_limit_gb}
 
 
 def _budget(training: TrainingConfig) -> dict[str, Any]:

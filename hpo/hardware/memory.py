@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+from collections.abc import Iterator
 
 import torch
 
 from hpo.hardware.allocator import release_freed_memory
 
-__all__ = ["MemoryMeter", "free_memory", "hand_back_freed", "resident_bytes"]
+__all__ = ["MemoryMeter", "enforced_limit", "free_memory", "hand_back_freed", "resident_bytes"]
+
+# The limit this process's CPU meters enforce while inside `enforced_limit`; None: none.
+_CPU_LIMIT_BYTES: int | None = None
+
+
+@contextlib.contextmanager
+def enforced_limit(device: torch.device, limit_bytes: int | None) -> Iterator[None]:
+    """While inside, a step over `limit_bytes` fails as out of memory: on a CPU every meter's sample
+    over it raises MemoryError (hpo's own meter: the resident set after forward); on CUDA the
+    allocator is capped at the limit (`set_per_process_memory_fraction`) and raises
+    torch.OutOfMemoryError itself."""
+    global _CPU_LIMIT_BYTES
+    if limit_bytes is None:
+        yield
+        return
+    if device.type == "cuda":
+        total = torch.cuda.mem_get_info(device)[1]
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total), device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        return
+    previous, _CPU_LIMIT_BYTES = _CPU_LIMIT_BYTES, limit_bytes
+    try:
+        yield
+    finally:
+        _CPU_LIMIT_BYTES = previous
 
 
 class MemoryMeter:
@@ -24,7 +54,12 @@ class MemoryMeter:
 
     def sample(self) -> None:
         if self.device.type != "cuda":
-            self.peak_bytes = max(self.peak_bytes, resident_bytes())
+            resident = resident_bytes()
+            self.peak_bytes = max(self.peak_bytes, resident)
+            if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
+                raise MemoryError(
+                    f"resident set {resident / 2**30:.2f} GB > memory_limit_gb {_CPU_LIMIT_BYTES / 2**30:.2f} (hpo's CPU meter)"
+                )
 
     @property
     def peak_mb(self) -> float:

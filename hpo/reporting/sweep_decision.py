@@ -14,7 +14,8 @@ def decision_note(decided: dict) -> str:
     lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
     lines += [
         f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
-        f"timed again: {decided['repeats']} repeats interleaved across them, {_each(decided)} "
+        f"timed again, raced: up to {decided['repeats']} rounds interleaved across them, each dropping those that "
+        f"could no longer be among the kept; {_each(decided)} "
         f"({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
         "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
         "",
@@ -28,9 +29,17 @@ def decision_note(decided: dict) -> str:
             f"| {r['precision']} | {r['rank']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
             f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
         )
+    if decided.get("dropped"):
+        lines += ["", f"Left the race (round 0: by the sweep's own timing; tie margin {decided.get('tie_margin', 0.05):.0%}):"]
+        lines += [f"- {_dropped(d)}" for d in decided["dropped"]]
     if decided["rejected"]:
         lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
     return "\n".join(lines)
+
+
+def _dropped(dropped: dict) -> str:
+    k = dropped["knobs"]
+    return f"{k['precision']} {k['attention']} {k['optimizer']}: round {dropped['round']}: {dropped['reason']}"
 
 
 def _each(decided: dict) -> str:

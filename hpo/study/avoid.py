@@ -16,7 +16,9 @@ mended, not redrawn:
 
 So the base sampler is asked exactly as often as without the wrapper. A `slow` verdict's part
 carries the batch size it was measured at, so it avoids the values at that batch size only. Only
-`incompatible` and `slow` verdicts are avoided: divergence and OOM depend on the learning rate and batch size too. A part
+`incompatible` and `slow` verdicts are avoided, and an `oom` verdict that names its batch size
+(`hpo.trial.memory_budget`, predicted or real): its searched knobs at that batch size or any larger
+one, since a larger batch never needs less memory. Divergence depends on the learning rate. A part
 that names a knob the study does not search (it is fixed) never matches a proposal, so it costs
 nothing; an empty part, which a verdict about training params alone would give, is dropped, or it
 would match every proposal.
@@ -35,14 +37,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.records import RecordKey
 from hpo.storage.optuna_compat import trial_id_of
-from hpo.verdicts import Part, Verdict
+from hpo.verdicts import Kind, Part, Verdict
 from hpo.verify.store import StudyVerdicts
 
 __all__ = ["AvoidKnownFailures", "avoiding_here", "known_bad_parts"]
@@ -63,8 +65,24 @@ def avoiding_here(parts: Iterable[Part]) -> Iterator[None]:
         _NOT_RUNNABLE_HERE = previous
 
 
+# In a part, this key in place of `batch_size` matches that batch size and every larger one.
+BATCH_OR_LARGER = "batch_size>="
+
+
+def _memory_part(trial: FrozenTrial) -> Part | None:
+    """An `oom` trial's searched knobs at its batch size or larger; None for an OOM that names no
+    batch size (recorded before memory budgets)."""
+    implicated = dict(trial.user_attrs.get(RecordKey.VERDICT_IMPLICATES) or [])
+    if "batch_size" not in implicated:
+        return None
+    knobs = [(k, v) for k, v in implicated.items() if k in KNOB_NAMES and k in trial.params]
+    return Verdict.part_from_record([*knobs, (BATCH_OR_LARGER, implicated["batch_size"])])
+
+
 def _parts_of_trial(trial: FrozenTrial) -> Part | None:
     verdict = Verdict.parse(trial.user_attrs.get(RecordKey.VERDICT))
+    if verdict.kind is Kind.OOM:
+        return _memory_part(trial)
     if not verdict.avoidable:
         return None
     if RecordKey.VERDICT_IMPLICATES in trial.user_attrs:
@@ -98,7 +116,23 @@ def _clashes(part: Part, params: dict[str, Any]) -> bool:
     """Whether `params` contain the part. A knob the study fixes is no param, and a part naming it
     never matches (nothing could mend it); a training hyperparameter in a part (the batch size a
     `slow` verdict was measured at) matches when the study fixes it, since every trial has it."""
-    return all(params[k] == v if k in params else k not in KNOB_NAMES for k, v in part)
+    return all(_holds(k, v, params) for k, v in part)
+
+
+def _holds(key: str, value: Any, params: dict[str, Any]) -> bool:
+    if key == BATCH_OR_LARGER:
+        return params["batch_size"] >= value if "batch_size" in params else True
+    return params[key] == value if key in params else key not in KNOB_NAMES
+
+
+def _choices(name: str, distribution: BaseDistribution) -> list | None:
+    """The values a param can be mended to: a categorical's choices, or a searched integer batch
+    size's values (an `oom` part bounds it from above); None for any other param."""
+    if isinstance(distribution, CategoricalDistribution):
+        return list(distribution.choices)
+    if name == "batch_size" and isinstance(distribution, IntDistribution) and not distribution.log:
+        return list(range(distribution.low, distribution.high + 1, distribution.step))
+    return None
 
 
 class AvoidKnownFailures(BaseSampler):
@@ -126,7 +160,8 @@ class AvoidKnownFailures(BaseSampler):
 
     def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution) -> Any:
         value = self.base.sample_independent(study, trial, param_name, param_distribution)
-        if not isinstance(param_distribution, CategoricalDistribution):
+        choices = _choices(param_name, param_distribution)
+        if choices is None:
             return value
         bad = self._parts(study, trial)
 
@@ -138,7 +173,7 @@ class AvoidKnownFailures(BaseSampler):
             return any(_clashes(part, chosen) for part in bad)
 
         if completes_bad(value):
-            others = [c for c in param_distribution.choices if not completes_bad(c)]
+            others = [c for c in choices if not completes_bad(c)]
             if others:
                 value = self._rng.choice(others)
         return value

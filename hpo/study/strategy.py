@@ -27,8 +27,10 @@ __all__ = [
     "NOISE_FLOOR",
     "REFERENCE",
     "Ranked",
+    "TIE_MARGIN",
     "Timing",
     "kept_of",
+    "outpaced",
     "rank_precision",
     "rejected_lines",
     "suggest_kept",
@@ -38,6 +40,8 @@ LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, 
 FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
 # Two timings closer than this (relative) are a tie even if their repeats agree more closely.
 NOISE_FLOOR = 0.05
+# The study's tie margin: how far behind a combination must provably be to lose, not tie.
+TIE_MARGIN = NOISE_FLOOR
 # The probes' reference knobs (fp32/eager/for-loop), less precision: combinations are ranked within one.
 REFERENCE = {k: v for k, v in REFERENCE_KNOBS.as_dict().items() if k != "precision"}
 
@@ -88,6 +92,32 @@ def rank_precision(timings: list[Timing], floor: float = NOISE_FLOOR) -> list[Ra
         ranked.append(Ranked(len(ranked) + 1, pick, others))
         left.remove(pick)
     return ranked
+
+
+def outpaced(times: dict[str, tuple[float, ...]], keep: int, single_noise: float, margin: float = TIE_MARGIN) -> dict[str, str]:
+    """Racing: the candidates of one precision that can no longer be among its `keep` fastest, each
+    with why. Noise only adds time, so a candidate's fastest repeat bounds its step time from above;
+    from below, that fastest less the noise its repeats showed (`single_noise` while it has one
+    timing, at least `margin`). A candidate whose lower bound is more than `margin` over the
+    `keep`-th best upper bound is provably behind by more than a tie."""
+    uppers = sorted(min(t) for t in times.values())
+    if len(uppers) <= keep:
+        return {}
+    bar = uppers[keep - 1]
+    dropped = {}
+    for key, repeats in times.items():
+        noise = max(margin, single_noise if len(repeats) == 1 else (max(repeats) - min(repeats)) / min(repeats))
+        lower = min(repeats) / (1 + noise)
+        if lower > bar * (1 + margin):
+            dropped[key] = (
+                f"fastest {min(repeats):.3g} ms in {len(repeats)} timing(s), so at least {lower:.3g} ms (less {noise:.0%} noise): "
+                f"over the {_nth(keep)} fastest's {bar:.3g} ms by more than the {margin:.0%} tie margin"
+            )
+    return dropped
+
+
+def _nth(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
 def kept_of(ranked: dict[str, list[Ranked]], keep: int) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 
-from hpo.config.params import Choices, Fixed, FloatRange, IntRange, ParamSpec
+from hpo.config.params import AutoBatch, Choices, Fixed, FloatRange, IntRange, ParamSpec
 from hpo.config.resolve import build_config
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, LoaderSettings, TrialConfig
@@ -38,6 +38,8 @@ def _kept_knobs(trial: optuna.Trial) -> Knobs:
 def _suggest(trial: optuna.Trial, name: str, spec: ParamSpec):
     if isinstance(spec, Fixed):
         return spec.value
+    if isinstance(spec, AutoBatch):  # not the sampler's: the trial picks it and records it
+        return spec
     if isinstance(spec, Choices):
         return trial.suggest_categorical(name, list(spec.choices))
     if isinstance(spec, IntRange):

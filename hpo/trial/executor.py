@@ -19,9 +19,11 @@ from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.loader import check_settings
 from hpo.errors import KnobUnavailable, PrunedByPruner, TrialError, TrialRejected, error_verdict, short_traceback
-from hpo.hardware.memory import free_memory
+from hpo.hardware.memory import enforced_limit, free_memory
+from hpo.hardware.memory_model import limit_bytes
 from hpo.hardware.runtime import seed_everything, trial_runtime
 from hpo.records import RecordKey
+from hpo.trial.memory_budget import budget_memory, oom_part
 from hpo.trial.outcome import TrialOutcome, ended, known_verdict
 from hpo.trial.phases import Phases
 from hpo.trial.run import TrialRun
@@ -75,7 +77,9 @@ def _outcome(run: TrialRun) -> TrialOutcome:
         return ended(Verdict(Kind.PRUNED, exc.where), run.attrs)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-        return ended(Verdict(Kind.OOM, f"{type(exc).__name__}: {detail}".rstrip(": ")), run.attrs)
+        # The batch size did not fit with these knobs: the sampler avoids it (and larger) with them.
+        verdict = Verdict.make(Kind.OOM, f"{type(exc).__name__}: {detail}".rstrip(": "), oom_part(run.config))
+        return ended(verdict, run.attrs)
     except Exception as exc:
         # Not proven to be the knobs' (it may be the workload, the data or the device): an
         # error, with its traceback, and nothing cached.
@@ -91,10 +95,17 @@ def _verify_and_train(run: TrialRun) -> TrialOutcome:
     rejection = _verify(run)
     if rejection is not None:
         return rejection
-    if run.workload.trainer == "lightning":
-        _train_with_lightning(run)
-    else:
-        _train_with_hpo(run)
+    rejection = budget_memory(run)
+    if rejection is not None:
+        return rejection
+    # A limit the study set is enforced while training (on a CPU by hpo's meter); the CUDA default
+    # is the device's own.
+    limit_gb = run.config.memory_limit_gb
+    with enforced_limit(run.device, None if limit_gb is None else limit_bytes(run.device, limit_gb)):
+        if run.workload.trainer == "lightning":
+            _train_with_lightning(run)
+        else:
+            _train_with_hpo(run)
     _record_training(run)
     run.attrs[RecordKey.TRIAL_S] = time.perf_counter() - start
     return TrialOutcome(verdict=Verdict(Kind.OK), values=objective_values(run.config, run.result, run.attrs), attrs=run.attrs)

@@ -109,19 +109,20 @@ class PngSamples(Dataset):
 
 
 class PngModel(nn.Module):
-    def __init__(self, width: int, attention):
+    def __init__(self, width: int, attention, dropout: float = 0.0):
         super().__init__()
         self.conv1 = nn.Conv2d(3, width, 3, stride=2, padding=1)
         self.conv2 = nn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
         self.qkv = nn.Linear(2 * width, 6 * width)
         self.head = nn.Linear(2 * width, len(CLASSES))
+        self.dropout = nn.Dropout(dropout)
         self.attention = attention
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv2(F.relu(self.conv1(pixels))))
         tokens = x.flatten(2).transpose(1, 2)  # (batch, positions, channels)
         q, k, v = self.qkv(tokens).unsqueeze(1).chunk(3, dim=-1)  # one head
-        return self.head((tokens + self.attention(q, k, v).squeeze(1)).mean(dim=1))
+        return self.head(self.dropout((tokens + self.attention(q, k, v).squeeze(1)).mean(dim=1)))
 
 
 class PngImages(Workload):
@@ -137,7 +138,7 @@ class PngImages(Workload):
         self._val: Batch | None = None
 
     def build_model(self, attention: str) -> nn.Module:
-        return PngModel(self.options.width, attention_function(attention))
+        return PngModel(self.options.width, attention_function(attention), self.options.dropout)
 
     def train_dataset(self, seed: int) -> Dataset:
         return PngSamples(self.train_paths, seed, self.options.crop)

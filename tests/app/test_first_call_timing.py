@@ -59,7 +59,8 @@ def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_rank
     decided = make_decision(space, contenders, keep=1)
     ranking = {line["knobs"]["attention"]: line for line in decided["ranking"]}
     first_call, eager = ranking["sdpa_math"], ranking["eager"]
-    assert planned and len(first_call["times_ms"]) == REPEATS, (rows, decided["ranking"])  # the raw repeats are kept
+    raced_out = any(d["knobs"]["attention"] == "sdpa_math" for d in decided["dropped"])  # provably slower: timed less
+    assert planned and (raced_out or len(first_call["times_ms"]) == REPEATS), (rows, decided["ranking"])  # the raw repeats
     assert max(first_call["times_ms"]) < 1000 * FIRST_CALL_S  # the plan's cost is in none of them
     assert eager["step_ms"] and first_call["step_ms"] < 1000 * FIRST_CALL_S, decided["ranking"]  # ranked on its own speed
 

@@ -17,6 +17,7 @@ class PngImagesOptions(WorkloadOptions):
     size: int = 64  # side of each PNG, in pixels
     crop: int = 48  # side of the random crop each training sample gets
     width: int = 16  # channels of the first convolution
+    dropout: float = 0.0  # before the classifier head
     cache_dir: str = ""  # where the PNGs are written; "" : <temp dir>/hpo-png-images
 
     def __post_init__(self) -> None:
@@ -24,6 +25,8 @@ class PngImagesOptions(WorkloadOptions):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}: must be an integer >= {low}, but got {value!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout: 0 <= dropout < 1 must hold, but got {self.dropout!r}")
         if self.crop > self.size:
             raise ValueError(f"crop: crop <= size must hold, but got crop={self.crop}, size={self.size}")
 

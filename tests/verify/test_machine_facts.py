@@ -1,0 +1,153 @@
+"""This machine's facts (`hpo.verify.machine_facts`): a later sweep of the same model, batch and
+software reads what an earlier one proved instead of probing; another model shape, batch or torch
+version is another key; `--fresh` reads nothing; concurrent writers never leave a torn entry; a
+later probe_first decision confirms the stored race with one timing of its front runners."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+
+from hpo.app import probe_first
+from hpo.app import sweep as sweep_module
+from hpo.app.sweep import SweepRow, sweep
+from hpo.config.space import parse_space
+from hpo.verify import cache
+from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.machine_facts import MachineFacts
+
+SPACE = {
+    "study": {"name": "facts", "strategy": "probe_first"},
+    "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2},
+    "params": {"lr": 1.0e-3, "batch_size": 8},
+    "systems": {"precision": "fp32", "attention": ["eager", "sdpa"], "optimizer": "forloop"},
+}
+
+
+def _probes(monkeypatch) -> list:
+    """Count the probes that run (each still runs for real)."""
+    ran, real = [], sweep_module.run_probe
+    monkeypatch.setattr(
+        sweep_module, "run_probe", lambda workload, config, *a, **k: ran.append(config.knobs) or real(workload, config, *a, **k)
+    )
+    return ran
+
+
+def _space(**workload):
+    return parse_space({**SPACE, "workload": {**SPACE["workload"], **workload}}, source="t")
+
+
+def test_a_later_sweep_of_the_same_model_reads_this_machines_facts_instead_of_probing(monkeypatch):
+    ran = _probes(monkeypatch)
+    first = sweep(_space(), MemoryVerdicts(), machine=MachineFacts())
+    assert len(ran) == 2 and not any(r.from_machine for r in first)
+    again = sweep(_space(), MemoryVerdicts(), machine=MachineFacts())  # a new study: an empty study store
+    assert len(ran) == 2 and all(r.from_machine and r.cached for r in again)
+    assert [(r.knobs, r.verdict, r.samples_per_s) for r in again] == [(r.knobs, r.verdict, r.samples_per_s) for r in first]
+    listed = MachineFacts().entries()
+    assert sorted(e["facts"]["knobs"]["attention"] for e in listed) == ["eager", "sdpa"]
+
+
+def _other_torch(versions: dict):
+    return lambda: {**versions, "torch": "0.0.1"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda mp: _space(d_model=48),  # another model shape
+        lambda mp: _space(seq_len=24),  # another sequence length
+        lambda mp: parse_space({**SPACE, "params": {**SPACE["params"], "batch_size": 4}}, source="t"),  # another batch
+        lambda mp: mp.setattr(cache, "package_versions", _other_torch(cache.package_versions())) or _space(),
+    ],
+    ids=["model-shape", "seq-len", "batch", "torch-version"],
+)
+def test_another_shape_batch_or_torch_is_another_key(monkeypatch, change):
+    ran = _probes(monkeypatch)
+    sweep(_space(), MemoryVerdicts(), machine=MachineFacts())
+    rows = sweep(change(monkeypatch), MemoryVerdicts(), machine=MachineFacts())
+    assert len(ran) == 4 and not any(r.from_machine for r in rows)
+
+
+def test_fresh_reads_nothing_and_replaces_what_it_measures(monkeypatch):
+    ran = _probes(monkeypatch)
+    sweep(_space(), MemoryVerdicts(), machine=MachineFacts())
+    before = {e["key"]: e["at"] for e in MachineFacts().entries()}
+    rows = sweep(_space(), MemoryVerdicts(), machine=MachineFacts(fresh=True))
+    assert len(ran) == 4 and not any(r.from_machine for r in rows)
+    after = {e["key"]: e["at"] for e in MachineFacts().entries()}
+    assert after.keys() == before.keys() and all(after[k] > before[k] for k in before)
+
+
+def _writer(directory, key, n):
+    facts = MachineFacts(directory)
+    for i in range(n):
+        facts.put(key, {"verdict": {"verdict": "ok"}, "payload": [i] * 2000})
+
+
+def test_concurrent_writers_never_leave_a_torn_entry(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_writer, args=(tmp_path, "k", 40)) for _ in range(2)]
+    for w in writers:
+        w.start()
+    reads = 0
+    while any(w.is_alive() for w in writers):
+        text = (tmp_path / "k.json").read_text() if (tmp_path / "k.json").exists() else None
+        if text is not None:
+            json.loads(text)  # whole, or this raises
+            reads += 1
+    assert [w.exitcode for w in writers] == [0, 0] and reads > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["k.json"]  # no temporary file left behind
+
+
+def _knobs(attention, optimizer="forloop"):
+    return {"precision": "fp32", "attention": attention, "optimizer": optimizer, "grad_checkpointing": False, "compile": False}
+
+
+def _known_rows(stored: dict):
+    return [
+        SweepRow(_knobs(*k), "ok", 100.0, 1.0, 1.0, 0.0, 0.0, True, from_machine=True, known_ms=list(v))
+        for k, v in stored.items()
+    ]
+
+
+RACE = parse_space({**SPACE, "systems": {**SPACE["systems"], "optimizer": ["forloop", "fused"]}}, source="t")
+STORED = {("eager", "forloop"): (10.0, 10.1, 10.0), ("eager", "fused"): (10.2, 10.2, 10.3), ("sdpa", "forloop"): (15.0,)}
+
+
+def test_a_stored_race_is_confirmed_by_one_timing_of_its_front_runners():
+    seen = []
+    decided = probe_first.make_decision(
+        RACE, _known_rows(STORED), keep=1, measure=lambda c, r: seen.append(c.knobs.optimizer) or 10.1
+    )
+    assert sorted(seen) == ["forloop", "fused"]  # one timing each; sdpa (15 ms, stored) not timed at all
+    assert set(decided["confirmed"]["fp32"]) == {"fp32/eager/forloop/False/False", "fp32/eager/fused/False/False"}
+    assert [(d["knobs"]["attention"], d["round"]) for d in decided["dropped"]] == [("sdpa", 0)]
+    assert "stored on this machine" in decided["dropped"][0]["reason"]
+    assert decided["ranking"][0]["times_ms"] == [10.0, 10.1, 10.0, 10.1]  # the stored repeats and the confirming one
+
+
+def test_a_busier_machine_still_confirms_a_stored_race():
+    """Every front runner twice as slow as stored: the machine is busier, the order holds."""
+    decided = probe_first.make_decision(RACE, _known_rows(STORED), keep=1, measure=lambda c, r: 20.2)
+    assert set(decided["confirmed"]["fp32"]) == {"fp32/eager/forloop/False/False", "fp32/eager/fused/False/False"}
+
+
+@pytest.mark.parametrize(
+    "now",
+    [{"forloop": 5.0, "fused": 5.1, "sdpa": 5.0}, {"forloop": 10.1, "fused": 14.0, "sdpa": 10.1}],
+    ids=["faster-than-stored", "reordered"],
+)
+def test_a_stored_race_this_machine_no_longer_confirms_is_raced_anew(now):
+    seen = []
+
+    def measure(config, repeat):
+        name = "sdpa" if config.knobs.attention == "sdpa" else config.knobs.optimizer
+        seen.append(name)
+        return now[name]
+
+    decided = probe_first.make_decision(RACE, _known_rows(STORED), keep=1, measure=measure)
+    assert decided["confirmed"] == {} and "sdpa" in seen  # sdpa, out on the stored times, races again
+    assert all(d["round"] > 0 for d in decided["dropped"])  # nothing dropped on the stored times
