@@ -41,6 +41,7 @@ __all__ = [
     "preloaded_torch_modules",
     "normalizes_over_the_batch",
     "rounding_mode",
+    "is_compiled_wrapper",
 ]
 
 
@@ -264,3 +265,12 @@ def rounding_mode(round_tensor):
             return tree_map(round_tensor, func(*args, **kwargs))
 
     return Rounding()
+
+
+def is_compiled_wrapper(model: object) -> bool:
+    """Whether `model` is torch.compile's wrapper around a module: `torch._dynamo.eval_frame.
+    OptimizedModule` (torch 2.13.0 and 2.14.1). If it moves, Lightning's `from_compiled` imports it
+    from wherever torch keeps it."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(model, OptimizedModule)

@@ -23,6 +23,7 @@ This module does not import Lightning; hpo's Lightning loop does, only for Light
 from __future__ import annotations
 
 import warnings
+import weakref
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -32,6 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from hpo.knobs.attention import AttentionFn, attention_function
+from hpo.torch_compat import is_compiled_wrapper
 from hpo.workloads.base import Batch, MoveFn, Workload
 
 __all__ = ["LightningWorkload"]
@@ -87,7 +89,27 @@ class LightningWorkload(Workload):
         with warnings.catch_warnings():
             # Outside a Trainer, self.log() in training_step only warns; the probe needs the loss.
             warnings.filterwarnings("ignore", message=".*self.log.*")
-            return step_loss(model.training_step(_as_lightning(batch), 0))
+            return step_loss(_as_trained(model).training_step(_as_lightning(batch), 0))
 
     def evaluate(self, model: nn.Module, move: MoveFn) -> dict[str, float]:
         raise TypeError("a LightningWorkload is evaluated by Lightning's Trainer (validation_step), not by hpo's loop")
+
+
+def _as_trained(model: nn.Module) -> nn.Module:
+    """The module whose `training_step` runs as Lightning's Trainer runs it. torch.compile's wrapper
+    compiles `forward` only, and a LightningModule's `training_step`, reached through the wrapper,
+    is the module's own and calls its uncompiled forward: the probe would see no compiled graph
+    where training runs one. The Trainer turns the wrapper into the module with its steps compiled
+    (Lightning's `from_compiled`); so does this, once per wrapper."""
+    if not is_compiled_wrapper(model):
+        return model
+    trained = _TRAINED.get(model)
+    if trained is None:
+        from lightning.pytorch.utilities.compile import from_compiled
+
+        trained = _TRAINED[model] = from_compiled(model)
+    return trained
+
+
+# Compiled wrapper -> its LightningModule with compiled steps; weak, so a dropped model is freed.
+_TRAINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -163,3 +163,20 @@ def test_this_torch_raises_the_fused_optimizer_refusal_the_table_knows():
     with pytest.raises(RuntimeError) as raised:
         torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))], fused=True, foreach=True)
     assert match_known_failure(raised.value, Knobs(optimizer="fused")).implicates == (("optimizer", "fused"),)
+
+
+def test_this_torch_refuses_a_mask_that_needs_gradients_in_the_cpu_flash_kernel_and_the_table_knows():
+    """transformers' T5 passes its learned position bias as the attention mask: on a CPU, SDPA's
+    flash kernel refuses it ("No available kernel.  Aborting execution.", two spaces), so
+    attention=sdpa_flash cannot run that model, a contract and no differential guess."""
+    import warnings
+
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, mask = torch.randn(1, 2, 8, 16), torch.zeros(1, 2, 8, 8, requires_grad=True)
+    with pytest.raises(RuntimeError) as raised, sdpa_kernel([SDPBackend.FLASH_ATTENTION]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    verdict = match_known_failure(raised.value, Knobs(precision="fp32", attention="sdpa_flash"))
+    assert verdict is not None and dict(verdict.implicates)["attention"] == "sdpa_flash"

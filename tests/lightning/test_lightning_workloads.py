@@ -143,3 +143,22 @@ def test_a_step_that_raises_inside_the_evidence_capture_leaves_no_profiler_runni
         assert torch._C._len_torch_dispatch_stack() == 0
     else:
         raise AssertionError("a NaN loss at the profiled step must end the trial")
+
+
+def test_the_probe_runs_a_compiled_lightning_module_as_the_trainer_does():
+    """torch.compile's wrapper compiles forward only; a LightningModule's training_step reached
+    through it ran the uncompiled forward, so the probe saw no compiled graph and refused compile on
+    every Lightning workload ("ran other than asked"). The probe now steps it as Lightning's Trainer
+    does (from_compiled): the compiled graphs run, and the verdict is ok."""
+    import torch
+
+    from hpo.verify.probe import run_probe
+    from hpo.workloads.registry import create_workload
+
+    knobs = Knobs(precision="fp32", attention="eager", optimizer="forloop", compile="default")
+    config = _config("causal_lm_lightning", LM, knobs)
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    result = run_probe(workload, config, torch.device("cpu"), timed=False)
+    assert result.ok, result.verdict
+    assert result.observed["compile"] and result.observed["compiled_graphs"] > 0
