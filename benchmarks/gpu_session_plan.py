@@ -1,7 +1,7 @@
 """What `scripts/gpu-session` runs, step by step, and what it keeps of each step.
 
 1. install the carried wheels; 2. the environment and `hpo doctor`; 3. correctness, in parallel:
-gpu-check streams over the knob matrix and a joint study of search_spaces/gpu.yaml; 4.-6. timing,
+gpu-check streams over the knob matrix, a joint study of search_spaces/gpu.yaml and the model zoo; 4.-6. timing,
 each step alone on the GPU: the knob benchmark, hpo against a hand-written loop on
 benchmarks/configs/big.yaml (its hpo side also gives big.yaml's eager MFU) and big.yaml compiled;
 7. a probe_first study of the same space, alone (its opening sweep ranks by speed).
@@ -39,6 +39,7 @@ MARGIN = 1.5  # over the H200's times: another GPU (the default kind is an H100)
 KNOB_SHAPE = ["d_model=768", "n_layers=6", "n_heads=12", "seq_len=512"]  # the H200 run's knob benchmark
 TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"  # the studies' toy model (gpu_session_streams.py has its own)
 TOY_SLOWER = 4
+ZOO_SHARE = 0.7  # of the correctness step's cap: the zoo starts no model later, and one model's probes fit the rest
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -58,6 +59,7 @@ class Plan:
         self.gpu_check_rows = out / f"gpu-check-{kind}.jsonl"
         self.knobs = out / f"knobs-causal_lm-{kind}.json"
         self.vs_bare = out / f"vs-bare-big-{kind}.json"
+        self.zoo = out / f"zoo-{kind}.json"
         work.mkdir(parents=True, exist_ok=True)
 
     def _cap(self, seconds: float) -> float:
@@ -138,6 +140,7 @@ class Plan:
             for name in streams
         ]
         jobs.append(self._study("joint", self._space("joint")))
+        jobs.append((self._zoo(),))
 
         def merge() -> None:
             rows = []
@@ -149,8 +152,27 @@ class Plan:
             self.gpu_check_rows.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
         collect = lambda record: record.__setitem__("joint", self._study_result("joint"))
-        what = f"gpu-check streams {', '.join(streams)} and a joint study, in parallel"
+        what = f"gpu-check streams {', '.join(streams)}, a joint study and the model zoo, in parallel"
         return Step("correctness", what, self._cap(caps()["correctness"]), tuple(jobs), collect=collect, poll=merge)
+
+    def _zoo(self) -> Run:
+        """The model zoo (scripts/zoo-table): every zoo model x every knob value the GPU runs, and
+        whether each precision trains it; no compile (the compiled step has its own). It starts no
+        model past ZOO_SHARE of the step's cap and writes its JSON after each model, so what it
+        measured comes back when the step's cap ends it."""
+        cap = ZOO_SHARE * self._cap(caps()["correctness"])
+        args = ["--device", "cpu", "--models", "causal_lm,resnet", "--no-trains"] if self.toy else ["--device", "cuda"]
+        args += [
+            "--time-cap",
+            f"{cap:.0f}",
+            "--compile-models",
+            "none",
+            "--json",
+            str(self.zoo),
+            "--markdown",
+            str(self.work / "zoo.md"),
+        ]
+        return self.script("zoo-table", *args)
 
     # ---- 4-6: timing, each alone --------------------------------------------------------------
 

@@ -89,8 +89,13 @@ def test_the_plan_fits_one_device_call_and_keeps_at_most_six_files(tmp_path):
     # big.yaml is compiled as it is otherwise, and the studies run gpu.yaml under both strategies
     assert "compile: default}" in (tmp_path / "work" / "big-compiled.yaml").read_text()
     assert "strategy: probe_first" in (tmp_path / "work" / "gpu-probe_first.yaml").read_text()
-    streams = [job[0].argv for job in steps[2].jobs[:-1]]
+    streams = [job[0].argv for job in steps[2].jobs[:-2]]  # the last two: the joint study and the zoo
     assert all("--out-dir" in argv and str(tmp_path / "out") not in " ".join(argv) for argv in streams)
+    # The zoo writes its JSON under out, after each model, and starts none past most of the step's cap.
+    zoo = list(steps[2].jobs[-1][0].argv)
+    assert zoo[1].endswith("scripts/zoo-table") and zoo[zoo.index("--json") + 1] == str(plan.zoo)
+    assert plan.zoo.name == "zoo-cuda-nvidia-h100-80gb-hbm3.json" and zoo[zoo.index("--device") + 1] == "cuda"
+    assert 0 < float(zoo[zoo.index("--time-cap") + 1]) < steps[2].cap_s
 
 
 def test_the_caps_leave_the_h200s_slowest_rows_room_with_a_margin(tmp_path):
@@ -168,7 +173,12 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert len(files) <= MAX_FILES, files
     kind = next(f for f in files if f.endswith(".json")).removeprefix("gpu-session-").removesuffix(".json")
     assert kind.startswith("cpu")  # a toy run never names a GPU
-    assert set(files) == {f"gpu-session-{kind}.{ext}" for ext in ("json", "log", "md")} | {f"gpu-check-{kind}.jsonl"}
+    assert set(files) == {f"gpu-session-{kind}.{ext}" for ext in ("json", "log", "md")} | {
+        f"gpu-check-{kind}.jsonl",
+        f"zoo-{kind}.json",
+    }
+    zoo = json.loads((out / f"zoo-{kind}.json").read_text())  # the zoo ran its models through the probe
+    assert set(zoo["models"]) == {"causal_lm", "resnet"}, zoo
     record = json.loads((out / f"gpu-session-{kind}.json").read_text())
     assert [s["step"] for s in record["steps"]] == steps.split(",")
     assert all(s["result"] == "ok" for s in record["steps"]), record["steps"]
