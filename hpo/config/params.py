@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, StrictFloat, StrictInt, TypeAdapter, ValidationError
 
 from hpo.errors import UserInputError
+from hpo.workloads.options.typed_fields import looks_numeric
 
 __all__ = [
     "TRAINING_RULES",
@@ -193,17 +194,9 @@ def candidates(path: str, spec: ParamSpec) -> list[tuple[str, Any]]:
 def _rule_message(exc: ValidationError, value: Any) -> str:
     # A union of int and float fails once per branch; the last ("a valid number") reads best.
     message = exc.errors()[-1]["msg"]
-    if isinstance(value, str) and _looks_numeric(value):
+    if isinstance(value, str) and looks_numeric(value):
         message += f" (YAML reads {value} as text: write it with a dot, such as 1.0e-3)"
     return message
-
-
-def _looks_numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def contains(spec: ParamSpec, value: Any) -> bool:

@@ -18,9 +18,7 @@ then restarted at its initial weights and buffers, as the probe hands it on.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 
 import torch
 
@@ -31,6 +29,7 @@ from hpo.errors import UserInputError
 from hpo.hardware.memory import MemoryMeter, hand_back_freed
 from hpo.hardware.memory_model import GB, PeakModel, fit_peaks, limit_bytes
 from hpo.hardware.runtime import seed_everything
+from hpo.knobs.optimizers import learning_rate_zero
 from hpo.records import RecordKey
 from hpo.trial.outcome import TrialOutcome, ended
 from hpo.trial.run import TrialRun
@@ -154,21 +153,9 @@ def _step_peak(model: AssembledModel, workload: Workload, config: TrialConfig, b
         for parameter in model.model.parameters():
             if parameter.grad is not None:
                 parameter.grad.nan_to_num_(0.0, 0.0, 0.0)  # so that the update at lr 0 moves no weight
-    with _learning_rate_zero(model.optimizer):
+    with learning_rate_zero(model.optimizer):
         model.optimizer_step()
     return int(model.memory.peak_mb * MB)
-
-
-@contextlib.contextmanager
-def _learning_rate_zero(optimizer: torch.optim.Optimizer) -> Iterator[None]:
-    rates = [group["lr"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        group["lr"] = 0.0
-    try:
-        yield
-    finally:
-        for group, rate in zip(optimizer.param_groups, rates, strict=True):
-            group["lr"] = rate
 
 
 def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) -> PeakModel:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +16,7 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import HpoError, KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.knobs.optimizers import learning_rate_zero
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_div, foreach_norm
 from hpo.verdicts import Kind, Verdict
@@ -106,7 +106,7 @@ class ComparedSteps:
             # gradients in place), at learning rate 0: it runs the optimizer knob's own kernels
             # (and their refusals) and moves no weight, so training starts from these weights
             # with no copy of them restored.
-            with _learning_rate_zero(trial.optimizer):
+            with learning_rate_zero(trial.optimizer):
                 trial.optimizer_step()
             trial.check_scaler(step=0)
         except (KnobUnavailable, TrialRejected) as exc:
@@ -176,21 +176,6 @@ def _where(knobs: Knobs) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
-
-
-@contextlib.contextmanager
-def _learning_rate_zero(optimizer: torch.optim.Optimizer) -> Iterator[None]:
-    """Every group's learning rate 0 for one update, then restored. AdamW's decoupled decay
-    multiplies by 1 - lr * wd and its step adds lr times a finite ratio: both leave the weights
-    exactly as they were (the comparison has checked the gradients finite)."""
-    rates = [group["lr"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        group["lr"] = 0.0
-    try:
-        yield
-    finally:
-        for group, rate in zip(optimizer.param_groups, rates, strict=True):
-            group["lr"] = rate
 
 
 def _backed_off(trial: AssembledModel, batch: Batch, loss: float, grads: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:

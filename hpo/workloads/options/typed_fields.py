@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 
 from hpo.errors import UserInputError
 
-__all__ = ["build_dataclass", "check_field", "describe"]
+__all__ = ["build_dataclass", "check_field", "describe", "looks_numeric"]
 
 _SEQUENCES = (list, tuple, collections.abc.Sequence)
 _MAPPINGS = (dict, collections.abc.Mapping)
@@ -199,7 +199,7 @@ def _message(bad: _Mismatch, default: Any) -> str:
     note = ""
     if isinstance(value, bool) and _numeric(bad.annotation):
         note = ": a bool is not a number"
-    elif isinstance(value, str) and _numeric(bad.annotation) and _looks_numeric(value):
+    elif isinstance(value, str) and _numeric(bad.annotation) and looks_numeric(value):
         note = f": YAML reads {value} as text; write a number with a dot, such as 1.0e-3"
     fix = f"; the default is {default!r}" if default is not None else ""
     return f"{bad.path}: expected {describe(bad.annotation)}, got {value!r} ({type(value).__name__}){note}{fix}"
@@ -209,7 +209,8 @@ def _numeric(annotation: Any) -> bool:
     return any(t in (int, float) for t in (annotation, *typing.get_args(annotation)))
 
 
-def _looks_numeric(text: str) -> bool:
+def looks_numeric(text: str) -> bool:
+    """Whether YAML text reads as a number to Python (`1e-3`, which YAML 1.1 leaves a string)."""
     try:
         float(text)
     except ValueError:
