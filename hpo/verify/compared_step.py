@@ -30,7 +30,7 @@ from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
 from hpo.verify.rounding import FP32_MANTISSA_BITS, RoundedTo
 from hpo.workloads.base import Batch, Workload
 
-__all__ = ["ComparedSteps", "NotReproduced", "loss_and_grads", "rounding_floor"]
+__all__ = ["ComparedSteps", "NotReproduced", "backed_off", "loss_and_grads", "rounding_floor"]
 
 SCALE_BACKOFF = 2.0**-4  # GradScaler's own backoff (0.5 a skipped step), four steps at a time
 
@@ -98,7 +98,7 @@ class ComparedSteps:
             batch = trial.move(self.compared)
             with capture_step(trial) if evidence else contextlib.nullcontext() as seen:
                 loss, grads = loss_and_grads(trial, batch)
-            loss, grads = _backed_off(trial, batch, loss, grads)
+            loss, grads = backed_off(trial, batch, loss, grads)
             failure = self._compare(knobs, loss, grads)
             if failure is not None:
                 return trial, failure
@@ -178,7 +178,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def _backed_off(trial: AssembledModel, batch: Batch, loss: float, grads: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
+def backed_off(trial: AssembledModel, batch: Batch, loss: float, grads: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
     """The compared step again at a smaller loss scale while fp16's scaled gradients overflow and
     its loss does not, as GradScaler backs off in training by skipping steps: an overflow at the
     first scale is how loss scaling works, not a fault of fp16 (transformers' BatchNorm ResNet

@@ -52,9 +52,9 @@ def test_inside_rounded_to_every_value_an_op_produces_is_rounded_forward_and_bac
 
 
 def test_the_bound_follows_the_floor_between_roundoff_and_order_one():
-    tight, loose = bound_from_floor("bf16", Errors(0.0, 0.001)), bound_from_floor("bf16", Errors(0.01, 0.1))
-    assert tight.bound.grad == pytest.approx(8 * 2**-8)  # eight units of bf16's roundoff, not the floor's 0.004
-    assert loose.bound == Errors(FLOOR_FACTOR * 0.01, FLOOR_FACTOR * 0.1)
+    tight, loose = bound_from_floor("bf16", Errors(0.0, 0.001)), bound_from_floor("bf16", Errors(0.01, 0.05))
+    assert tight.bound.grad == pytest.approx(8 * 2**-8)  # eight units of bf16's roundoff, not 8 x the floor's 0.001
+    assert FLOOR_FACTOR == 8.0 and loose.bound == Errors(0.08, 0.4)
     assert bound_from_floor("bf16", Errors(0.5, 0.9)).bound == Errors(ORDER_ONE, ORDER_ONE)
     assert bound_from_floor("fp16", Errors(0.0, 0.0)).bound.grad < tight.bound.grad  # fp16 keeps 3 more bits
     assert bound_from_floor("fp32", Errors(0.0, 0.0)).bound == Errors(1e-3, 1e-2)  # kernels' summation order
