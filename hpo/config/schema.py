@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
 from hpo.knobs.values import (
     KNOB_NAMES,
     LOADER_KNOB_NAMES,
@@ -116,22 +117,26 @@ def _as_list(value: Any) -> list:
 class SystemsSpec(_Strict):
     """Each knob is a scalar (fixed) or a list (searched)."""
 
-    precision: list[Precision] | Precision = "fp32"
-    attention: list[Attention] | Attention = "sdpa"
-    optimizer: list[OptimizerImpl] | OptimizerImpl = "fused"
-    grad_checkpointing: list[bool] | bool = False
-    compile: list[Literal[False] | CompileMode] | Literal[False] | CompileMode = False
+    precision: list[Precision] | Precision = KNOB_DEFAULTS["precision"]
+    attention: list[Attention] | Attention = KNOB_DEFAULTS["attention"]
+    optimizer: list[OptimizerImpl] | OptimizerImpl = KNOB_DEFAULTS["optimizer"]
+    grad_checkpointing: list[bool] | bool = KNOB_DEFAULTS["grad_checkpointing"]
+    compile: list[Literal[False] | CompileMode] | Literal[False] | CompileMode = KNOB_DEFAULTS["compile"]
     # Not searched: inductor in real studies; tests and quick looks use the cheap "eager"/"aot_eager".
     compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # Where trials run; not searched. "auto": the worker's GPU if there is one, else the CPU.
     device: str = Field(default="auto", pattern=DEVICE_PATTERN)
     # The input pipeline (hpo.engine.loader), for a workload that gives hpo a dataset: searched like
     # the knobs. prefetch_factor null: torch's default (2 batches per worker).
-    loader: list[LoaderName] | LoaderName = "torch"
-    num_workers: list[Annotated[int, Field(ge=0, le=64)]] | Annotated[int, Field(ge=0, le=64)] = 0
-    pin_memory: list[bool] | bool = False
-    prefetch_factor: list[Annotated[int, Field(ge=1)] | None] | Annotated[int, Field(ge=1)] | None = None
-    persistent_workers: list[bool] | bool = False
+    loader: list[LoaderName] | LoaderName = LOADER_KNOBS["loader"].default
+    num_workers: list[Annotated[int, Field(ge=0, le=64)]] | Annotated[int, Field(ge=0, le=64)] = LOADER_KNOBS[
+        "num_workers"
+    ].default
+    pin_memory: list[bool] | bool = LOADER_KNOBS["pin_memory"].default
+    prefetch_factor: list[Annotated[int, Field(ge=1)] | None] | Annotated[int, Field(ge=1)] | None = LOADER_KNOBS[
+        "prefetch_factor"
+    ].default
+    persistent_workers: list[bool] | bool = LOADER_KNOBS["persistent_workers"].default
 
     @field_validator("precision", mode="before")
     @classmethod

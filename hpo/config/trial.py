@@ -9,6 +9,7 @@ from typing import Any
 
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config.params import TRAINING_RULES, AutoBatch
+from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
 
 __all__ = ["TRAINING_KEYS", "Knobs", "LoaderSettings", "Target", "TrainingConfig", "TrialConfig"]
 
@@ -23,11 +24,11 @@ _DEFAULT_DEVICE = "auto"
 class Knobs:
     """The five systems knobs of one trial. `compile` is False or an inductor mode name."""
 
-    precision: str = "fp32"
-    attention: str = "sdpa"
-    optimizer: str = "fused"
-    grad_checkpointing: bool = False
-    compile: bool | str = False
+    precision: str = KNOB_DEFAULTS["precision"]
+    attention: str = KNOB_DEFAULTS["attention"]
+    optimizer: str = KNOB_DEFAULTS["optimizer"]
+    grad_checkpointing: bool = KNOB_DEFAULTS["grad_checkpointing"]
+    compile: bool | str = KNOB_DEFAULTS["compile"]
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -38,11 +39,11 @@ class LoaderSettings:
     """The input pipeline of one trial (`systems.loader`, `num_workers`, ...; `hpo.engine.loader`).
     Apart from `Knobs`: the probe's model comparison never sees them, the loader check does."""
 
-    loader: str = "torch"
-    num_workers: int = 0
-    pin_memory: bool = False
-    prefetch_factor: int | None = None
-    persistent_workers: bool = False
+    loader: str = LOADER_KNOBS["loader"].default
+    num_workers: int = LOADER_KNOBS["num_workers"].default
+    pin_memory: bool = LOADER_KNOBS["pin_memory"].default
+    prefetch_factor: int | None = LOADER_KNOBS["prefetch_factor"].default
+    persistent_workers: bool = LOADER_KNOBS["persistent_workers"].default
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -24,6 +24,7 @@ __all__ = [
     "ATTENTION_SPECS",
     "COMPILE_SPECS",
     "KNOBS",
+    "KNOB_DEFAULTS",
     "KNOB_NAMES",
     "LOADER_KNOBS",
     "LOADER_SPECS",
@@ -246,6 +247,14 @@ KNOBS: dict[str, Mapping[str, Any] | None] = {
     "compile": COMPILE_SPECS,
 }
 KNOB_NAMES: tuple[str, ...] = tuple(KNOBS)
+# Each knob's value where a file names none: the schema's default and a trial's `Knobs` both read it.
+KNOB_DEFAULTS: dict[str, Any] = {
+    "precision": "fp32",
+    "attention": "sdpa",
+    "optimizer": "fused",
+    "grad_checkpointing": False,
+    "compile": False,
+}
 
 
 def spec_for(knob: str, value: str) -> Any:

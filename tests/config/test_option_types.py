@@ -211,3 +211,16 @@ def test_an_annotation_that_cannot_be_resolved_leaves_the_other_fields_checked()
     assert build_options(PartlyTypedOptions, {"handle": object(), "width": 4}, "workload").width == 4
     with pytest.raises(UserInputError, match=r"^workload.width: expected int, got 'x' \(str\)"):
         build_options(PartlyTypedOptions, {"width": "x"}, "workload")
+
+
+def test_the_knobs_have_one_set_of_defaults():
+    """The schema's defaults and a trial's `Knobs` and `LoaderSettings` read the registry's: a file
+    that names no knob runs what a config built in code runs."""
+    from hpo.config.schema import SystemsSpec
+    from hpo.config.trial import Knobs, LoaderSettings
+    from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
+
+    systems = SystemsSpec()
+    assert Knobs() == Knobs(**KNOB_DEFAULTS) and {k: getattr(systems, k) for k in KNOB_DEFAULTS} == KNOB_DEFAULTS
+    loader_defaults = {name: knob.default for name, knob in LOADER_KNOBS.items()}
+    assert LoaderSettings().as_dict() == loader_defaults == {k: getattr(systems, k) for k in loader_defaults}
