@@ -3,6 +3,7 @@ against the same seed without workers, records what delivered them, and refuses 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hpo.config.resolve import build_config
@@ -139,3 +140,20 @@ def test_searched_loader_settings_are_suggested_exported_and_leave_old_studies_u
     old = parse_space({"workload": {"name": "loader_workloads:DatasetToy"}}, "old")
     assert set(old.fingerprint()["systems"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
     assert "num_workers" not in old.raw.get("systems", {}) and "pin_memory" not in fixed_config(old).to_dict()["systems"]
+
+
+def test_a_workload_with_neither_batches_nor_a_dataset_says_which_it_lacks():
+    from hpo.workloads.base import Workload, WorkloadOptions
+
+    class Neither(Workload):
+        def build_model(self, attention):
+            return torch.nn.Linear(2, 2)
+
+        def training_loss(self, model, batch):
+            return model(batch["x"]).sum()
+
+        def evaluate(self, model, move):
+            return {}
+
+    with pytest.raises(TypeError, match="Neither must define train_batches.*or train_dataset.*defines neither"):
+        Neither(WorkloadOptions()).train_batches(4, 0)
