@@ -38,14 +38,30 @@ class KnobsRequested(_Record):
 class KnobsObserved(_Record):
     """The knobs as the evidence of a real training step showed they ran."""
 
-    precision: str | None  # null: nothing observed it (never a guessed value)
+    precision: str | None  # null: nothing observed it (never a guessed value); several: "mixed(bf16+fp32)"
     attention_dtype: str | None
-    attention: str | None
+    attention: str | None  # several kernels: their names joined by "+"
     optimizer: str | None
     grad_checkpointing: bool
     compile: bool
     compiled_graphs: int
     grad_scaler: bool
+    # Every precision and attention kernel seen, as lists: what code reads (the two strings above
+    # are for people). Absent from records written before them: `observed_lists` reads those.
+    precisions: list[str] | None = None
+    attentions: list[str] | None = None
+
+
+def observed_lists(observed: dict) -> tuple[list[str], list[str]]:
+    """The precisions and attention kernels a `knobs_observed` record shows; from its strings only
+    for a record written before the lists were."""
+    precisions, attentions = observed.get("precisions"), observed.get("attentions")
+    if precisions is None:
+        text = observed.get("precision")
+        precisions = [] if text is None else text.removeprefix("mixed(").removesuffix(")").split("+")
+    if attentions is None:
+        attentions = [] if observed.get("attention") is None else str(observed["attention"]).split("+")
+    return list(precisions), list(attentions)
 
 
 class RuntimeSettings(_Record):

@@ -43,22 +43,30 @@ class StepEvidence:
 
 def observed_knobs(ev: StepEvidence) -> dict:
     """The trial's `knobs_observed` record (`hpo.records.KnobsObserved`)."""
+    precisions = _precisions(ev.graphs.matmul_dtypes if ev.graphs.graphs else ev.matmul_dtypes)
+    attention = _attention(ev.profiler_ops, ev.graphs)
     return KnobsObserved(
-        precision=_precision(ev.graphs.matmul_dtypes if ev.graphs.graphs else ev.matmul_dtypes),
-        attention_dtype=_precision(ev.attention_dtypes),
-        attention=_attention(ev.profiler_ops, ev.graphs),
+        precision=_one_or_mixed(precisions),
+        attention_dtype=_one_or_mixed(_precisions(ev.attention_dtypes)),
+        attention=attention,
         optimizer=_optimizer(ev.optimizer_ops, ev.optimizer_module),
         grad_checkpointing=ev.recompute_in_step > 0 or ev.graphs.checkpoint_regions > 0,
         compile=ev.graphs.graphs > 0,
         compiled_graphs=ev.graphs.graphs,
         grad_scaler=ev.grad_scaler_scale is not None,
+        precisions=precisions,
+        attentions=[] if attention is None else attention.split("+"),
     ).model_dump()
 
 
-def _precision(dtypes: Counter) -> str | None:
-    """None when no matmul-class kernel ran in view: nothing observed is recorded as nothing."""
+def _precisions(dtypes: Counter) -> list[str]:
+    """The precisions whose dtypes reached matmul-class kernels; none when none ran in view."""
     known = dtype_names()
-    names = sorted({known.get(d, d) for d in dtypes})
+    return sorted({known.get(d, d) for d in dtypes})
+
+
+def _one_or_mixed(names: list[str]) -> str | None:
+    """None when nothing was observed (recorded as nothing, never a guess)."""
     if not names:
         return None
     return names[0] if len(names) == 1 else "mixed(" + "+".join(names) + ")"

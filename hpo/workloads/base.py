@@ -95,7 +95,9 @@ class Workload(ABC):
         """Training batches, endlessly; by default the dataset's, loaded in this process."""
         dataset = self.train_dataset(seed)
         if dataset is None:
-            raise TypeError(f"{type(self).__name__} must define train_batches(batch_size, seed) or train_dataset(seed), but defines neither")
+            raise TypeError(
+                f"{type(self).__name__} must define train_batches(batch_size, seed) or train_dataset(seed), but defines neither"
+            )
         return epochs(seeded_loader(dataset, self.collate_function(), batch_size, seed))
 
     @abstractmethod

@@ -10,7 +10,7 @@ import optuna
 
 from hpo.errors import UserInputError
 from hpo.knobs.registry import ATTENTION_SPECS, KNOB_NAMES
-from hpo.records import RecordKey
+from hpo.records import RecordKey, observed_lists
 
 __all__ = ["HF_ATTN", "TRANSFORMERS_WORKLOADS", "Winner", "attention_note", "checkpointing_note", "knobs_line", "winner_of"]
 
@@ -71,7 +71,8 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
             f"trial {trial.number}: no evidence for {missing or 'its config'} (knobs_observed: {observed or None}); "
             f"hpo exports only what a trial was seen to run: pick a trial that trained (--trial N)"
         )
-    if "+" in str(observed["attention"]) or str(observed["precision"]).startswith("mixed"):
+    precisions, attentions = observed_lists(observed)
+    if len(precisions) > 1 or len(attentions) > 1:
         raise UserInputError(
             f"trial {trial.number}: it ran more than one kernel or dtype ({observed}); no single setting reproduces it"
         )
