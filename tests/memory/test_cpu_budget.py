@@ -49,7 +49,9 @@ def outcomes():
     # whole process's resident set, which no constant could foresee), nearer the plain one: with it
     # halfway, the checkpointed trial's training read 0.63 GB against 0.61 and ended `oom`.
     plain, checkpointed = _predicted(_config(False, None)), _predicted(_config(True, None))
-    assert plain > 1.2 * checkpointed, (plain, checkpointed)
+    # What checkpointing frees at batch 64, about 4 MB a sample: a difference, not a ratio, since both
+    # predictions include the process's own resident set (1.7 GB in a CI worker that ran other tests).
+    assert plain - checkpointed > 100 * 2**20, (plain, checkpointed)
     limit_gb = (checkpointed + 0.85 * (plain - checkpointed)) / GB
     store = MemoryVerdicts()
     return limit_gb, execute(_config(False, limit_gb), store), execute(_config(True, limit_gb), store)
