@@ -26,7 +26,7 @@ from hpo.hardware.runtime import seed_everything
 from hpo.verify.bounds import relative_errors
 from hpo.verify.compared_step import backed_off, loss_and_grads, rounding_floor
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 PRECISIONS = ("bf16", "fp16")
 

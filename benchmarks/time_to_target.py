@@ -19,7 +19,7 @@ from hpo.config.trial import Target
 from hpo.errors import UserInputError
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts
-from hpo.workloads.registry import metrics_of
+from hpo.workloads.catalog import metrics_of
 
 __all__ = ["TargetRun", "run_time_to_target", "target_table"]
 

@@ -26,7 +26,7 @@ from hpo.hardware.probes import device_model
 from hpo.hardware.runtime import resolve_device, trial_runtime
 from hpo.records import RecordKey
 from hpo.runtime.forkserver_warmup import preload_lazy_imports
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 __all__ = ["ROW_MARK", "SIDES", "hpo_config_file", "measure"]
 

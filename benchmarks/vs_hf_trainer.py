@@ -24,8 +24,8 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 from benchmarks.vs_hf_task import WORKLOADS, SearchTask
+from hpo.workloads.catalog import create_workload
 from hpo.workloads.chat_corpus import load_data, model_path
-from hpo.workloads.registry import create_workload
 
 __all__ = ["main", "run_search"]
 

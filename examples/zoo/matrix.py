@@ -25,7 +25,7 @@ from hpo.verify.not_runnable import CHECKED_KNOBS
 from hpo.verify.probe import run_probe
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.runnable import value_capability
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 __all__ = ["BATCH_SIZE", "ProbeRow", "knob_values", "probe_model", "runnable_here", "trial_config"]
 

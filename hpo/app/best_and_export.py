@@ -16,7 +16,7 @@ from hpo.files import write_atomic
 from hpo.records import RecordKey
 from hpo.reporting.ranking import best_trials, top_trials
 from hpo.storage.open import load_study_or_none, open_storage
-from hpo.workloads.registry import metrics_of
+from hpo.workloads.catalog import metrics_of
 
 
 def open_study(name: str, storage_url: str) -> optuna.Study:

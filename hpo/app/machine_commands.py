@@ -33,7 +33,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_gpu_check(args) -> int:
     from hpo.app.gpu_check import MatrixCheck, check_here, matrix
-    from hpo.workloads.registry import NEEDS_USER_FILES
+    from hpo.workloads.catalog import NEEDS_USER_FILES
 
     needs_files = [name for name in args.workloads if name in NEEDS_USER_FILES]
     if needs_files:

@@ -147,7 +147,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
 def gpu_check_args(p: argparse.ArgumentParser) -> None:
     """`hpo gpu-check`: which combinations, how each runs, where the rows go."""
     from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, OPTIMIZER_IMPLS, PRECISIONS
-    from hpo.workloads.registry import SELF_CONTAINED_WORKLOADS
+    from hpo.workloads.catalog import SELF_CONTAINED_WORKLOADS
 
     def values(flag: str, choices, default, what: str) -> None:
         which = "all" if tuple(default) == tuple(choices) else " ".join(default)

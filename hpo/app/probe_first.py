@@ -36,7 +36,7 @@ from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, TIE_MARGIN, Timing, kept_
 from hpo.verify.cache import StudyVerdicts
 from hpo.verify.machine_facts import MachineFacts
 from hpo.verify.steady import DEFAULT_POLICY, time_model
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 __all__ = ["NothingVerified", "Race", "decide", "make_decision", "raced_times"]
 

@@ -35,7 +35,7 @@ from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.machine_facts import MachineFacts, batch_signature, model_signature
 from hpo.verify.probe import keep_probe, run_probe
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 _log = get_logger(__name__)
 

@@ -12,7 +12,7 @@ from hpo.config.params import AutoBatch, Choices, Fixed, IntRange, ParamSpec, de
 from hpo.config.space import SearchSpace, load_space
 from hpo.config.trial import TRAINING_KEYS, Knobs, LoaderSettings, Target, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
-from hpo.workloads.registry import metrics_of
+from hpo.workloads.catalog import metrics_of
 
 __all__ = [
     "build_config",

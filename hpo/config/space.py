@@ -19,8 +19,8 @@ from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
 from hpo.config.trial import TRAINING_KEYS, LoaderSettings
 from hpo.errors import UserInputError
+from hpo.workloads.catalog import metrics_of, options_class, parse_options
 from hpo.workloads.options import build_options, check_field
-from hpo.workloads.registry import metrics_of, options_class, parse_options
 
 __all__ = ["SearchSpace", "load_space", "parse_space"]
 

@@ -23,7 +23,7 @@ from hpo.runtime.forkserver_warmup import WARMUP_ENV, warmup_env
 from hpo.runtime.placement import default_workers
 from hpo.storage.pools import share_connection_with_children
 from hpo.torch_compat import preloaded_torch_modules
-from hpo.workloads.registry import BUILTIN_WORKLOADS
+from hpo.workloads.catalog import BUILTIN_WORKLOADS
 
 __all__ = ["PRELOAD", "start_early", "start_forkserver"]
 

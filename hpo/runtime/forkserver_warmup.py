@@ -65,7 +65,7 @@ def preload_lazy_imports() -> None:
 def warm_up(spec: dict) -> None:
     import torch
 
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

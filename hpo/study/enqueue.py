@@ -17,7 +17,7 @@ from hpo.config.trial import TRAINING_KEYS, TrialConfig
 from hpo.errors import UserInputError
 from hpo.storage.open import open_storage
 from hpo.study.create import open_hpo_study
-from hpo.workloads.registry import parse_options
+from hpo.workloads.catalog import parse_options
 
 __all__ = ["enqueue_config", "enqueue_file", "trial_params"]
 

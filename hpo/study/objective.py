@@ -33,7 +33,7 @@ from hpo.storage.optuna_compat import record_feasibility, set_user_attrs
 from hpo.study.suggest import suggest_config
 from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
-from hpo.trial.speed import workload_metric
+from hpo.trial.speed_record import workload_metric
 from hpo.verdicts import Kind
 from hpo.verify.cache import StudyVerdicts
 from hpo.verify.compared import KeptReferences

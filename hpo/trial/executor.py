@@ -1,7 +1,7 @@
 """Run one trial config: verify its knobs (probe or cached verdict), train, and say what ran.
 
 Used by the Optuna objective and by `hpo train`; it knows nothing about Optuna. A verdict is the
-outcome only when the knobs are proven at fault (`hpo.verify.probe`, `hpo.verify.speed`); any other
+outcome only when the knobs are proven at fault (`hpo.verify.probe`, `hpo.verify.slow_proof`); any other
 failure is raised as `TrialError`, with the trial's attrs and its traceback, and caches nothing.
 
 A trial is a short sequence of named steps (`_verify_and_train`), each taking the one `TrialRun`
@@ -28,7 +28,7 @@ from hpo.trial.outcome import TrialOutcome, ended, known_verdict
 from hpo.trial.phases import Phases
 from hpo.trial.run import TrialRun
 from hpo.trial.slowdown import prove_too_slow, record_speed, slow_limit
-from hpo.trial.speed import objective_values, speed_attrs
+from hpo.trial.speed_record import objective_values, speed_attrs
 from hpo.trial.trainer import EvalCallback, TooSlow, TrainResult, train
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.cache import VerdictStore
@@ -36,7 +36,7 @@ from hpo.verify.compared import KeptReferences
 from hpo.verify.probe import run_probe
 from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.slow import SlowLimit
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 __all__ = ["TrialOutcome", "execute"]
 

@@ -14,7 +14,7 @@ from hpo.verify.cache import reference_key, speed_key
 from hpo.verify.probe_result import speed_fact
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
-from hpo.verify.speed import SlowProof, prove_slow
+from hpo.verify.slow_proof import SlowProof, prove_slow
 
 __all__ = ["prove_too_slow", "record_speed", "slow_limit"]
 

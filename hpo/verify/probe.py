@@ -52,7 +52,7 @@ from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.reference import time_reference
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
-from hpo.verify.speed import prove_slow
+from hpo.verify.slow_proof import prove_slow
 from hpo.verify.steady import time_model
 from hpo.workloads.base import Batch, Workload
 

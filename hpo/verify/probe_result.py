@@ -39,7 +39,7 @@ class ProbeResult:
     # holds at every batch size, speed is judged per batch size (`hpo.verify.cache.speed_key`).
     slow: Verdict | None = None
     # Why a timed probe gave no `slow` verdict although its steps were over the limit: the
-    # reference's own steps varied too much to judge (`hpo.verify.speed.SlowProof`).
+    # reference's own steps varied too much to judge (`hpo.verify.slow_proof.SlowProof`).
     slow_not_judged: str | None = None
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.

@@ -90,7 +90,7 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
     # the study's first probe one full reference step (0.16 of 0.77 s, the default causal_lm model at
     # batch 32 on a 2-core EPYC, 2026-11-26). What a steady first step may still carry (the
     # optimizer's state, created on it) only makes the reference slower: the check errs towards
-    # passing, and no `slow` verdict is given before `hpo.verify.speed` times both sides again.
+    # passing, and no `slow` verdict is given before `hpo.verify.slow_proof` times both sides again.
     steps = iter(range(MAX_STEPS))
 
     def step() -> tuple[float, int]:

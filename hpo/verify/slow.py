@@ -2,7 +2,7 @@
 reference's step is rejected as `slow`, at its batch size: a combination that is overhead-bound
 at batch 8 may pay off at batch 128, so the verdict implicates the batch size with the knob values
 (the sampler wrapper ignores it where the study fixes the batch size). Which of several differing
-values is slow is proven by timing them one at a time (`hpo.verify.speed.prove_slow`).
+values is slow is proven by timing them one at a time (`hpo.verify.slow_proof.prove_slow`).
 
 The reference's step time is measured once per model, batch size and device and kept in the
 verdict store (`reference_key`). A trial's own step time comes from its first steady training

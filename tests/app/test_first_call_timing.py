@@ -21,7 +21,7 @@ from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.probe import run_probe
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 N_BLOCKS = 2  # attention calls per forward

@@ -79,7 +79,7 @@ def test_hpo_gpu_check_refuses_an_unknown_knob_value(tmp_path):
 
 def test_hpo_gpu_check_runs_only_workloads_that_need_no_files_of_yours(tmp_path):
     from hpo.app.cli import build_parser
-    from hpo.workloads.registry import BUILTIN_WORKLOADS, NEEDS_USER_FILES, parse_options
+    from hpo.workloads.catalog import BUILTIN_WORKLOADS, NEEDS_USER_FILES, parse_options
 
     default = build_parser().parse_args(["gpu-check"]).workloads
     assert set(default) == set(BUILTIN_WORKLOADS) - set(NEEDS_USER_FILES)

@@ -157,7 +157,7 @@ def test_the_bare_loop_runs_the_kernel_it_pins_and_trains(knobs, kernel):
     from torch.profiler import ProfilerActivity, profile
 
     from benchmarks.bare_loop import train_bare
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     config = _tiny_config(**knobs)
     workload = create_workload("causal_lm", config.workload_options)

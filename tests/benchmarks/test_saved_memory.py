@@ -8,7 +8,7 @@ from conftest import toy_config
 from benchmarks.saved_memory import saved_activations
 from hpo.config.trial import Knobs
 from hpo.engine.assembly import AssembledModel
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 
 def saved_mb(grad_checkpointing: bool) -> float:

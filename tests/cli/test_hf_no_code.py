@@ -86,7 +86,7 @@ def test_run_then_export_as_hf_reproduces_the_observed_knobs(tmp_path):
     from hf_evidence import run_hf_trainer
 
     from hpo.app.export_as import winner_of
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     workload = create_workload("hf_text_classification", {**_options(path, tmp_path)})
     seen, recompute, targs = run_hf_trainer(tmp_path / "out", workload, tmp_path / "trainer", winner_of(trial))

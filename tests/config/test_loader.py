@@ -36,7 +36,7 @@ def test_every_shipped_search_space_validates(path, request, monkeypatch):
 
 
 def test_every_builtin_workload_has_a_shipped_file_and_there_is_a_quickstart():
-    from hpo.workloads.registry import BUILTIN_WORKLOADS
+    from hpo.workloads.catalog import BUILTIN_WORKLOADS
 
     used = {yaml.safe_load(p.read_text())["workload"]["name"] for p in SHIPPED}
     assert set(BUILTIN_WORKLOADS) <= used and "quickstart" in {p.stem for p in SHIPPED}

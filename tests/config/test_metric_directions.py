@@ -14,7 +14,7 @@ import yaml
 from hpo.config.resolve import representative_config
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.workloads.registry import BUILTIN_WORKLOADS, metrics_of
+from hpo.workloads.catalog import BUILTIN_WORKLOADS, metrics_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from hpo.config.space import parse_space
 from hpo.errors import UserInputError
 from hpo.study.suggest import suggest_config
 from hpo.workloads.base import WorkloadOptions, build_options
-from hpo.workloads.registry import BUILTIN_OPTIONS, parse_options
+from hpo.workloads.catalog import BUILTIN_OPTIONS, parse_options
 
 # Values of distinct YAML kinds: the first one a field's type does not admit is its wrong value.
 _WRONG_CANDIDATES = ("wide", 2.5, [1, 2])

@@ -20,7 +20,7 @@ from hpo.verdicts import Kind
 from hpo.verify.known_failures import match_known_failure
 from hpo.verify.probe import run_probe
 from hpo.verify.store import MemoryVerdicts
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

@@ -23,7 +23,7 @@ from hpo.config.trial import Knobs
 from hpo.errors import error_verdict
 from hpo.verify.known_failures import match_known_failure, real_cause
 from hpo.verify.probe import run_probe
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 
 def _refused_while_traced(cause: BaseException) -> BaseException:

@@ -13,8 +13,8 @@ from hpo.engine.loader import trial_loader
 from hpo.engine.loader_stream import batch_checksum
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts
+from hpo.workloads.catalog import create_workload
 from hpo.workloads.dataset_batches import epochs
-from hpo.workloads.registry import create_workload
 
 KNOBS = Knobs(precision="fp32", attention="eager", optimizer="forloop")
 

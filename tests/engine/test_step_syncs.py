@@ -28,7 +28,7 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import TrialRejected
 from hpo.hardware import runtime
 from hpo.trial import trainer
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

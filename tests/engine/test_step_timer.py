@@ -19,7 +19,7 @@ from hpo.config.trial import Knobs
 from hpo.engine.assembly import AssembledModel
 from hpo.hardware.step_timer import CudaStepTimer, StepTimer, step_timer
 from hpo.trial import trainer
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 
 class FakeStream:

@@ -19,7 +19,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.evidence.capture import capture_step, ops_seen
 from hpo.evidence.observe import observed_knobs
 from hpo.torch_compat import COMPILE_PROFILER_RANGES
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 RUNS_FLASH = "hpo_test_traces_then_runs_flash"
 MATH_OP = "aten::_scaled_dot_product_attention_math"

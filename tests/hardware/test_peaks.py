@@ -59,7 +59,7 @@ def test_at_least_fifteen_real_names_are_checked_and_similar_names_never_borrow_
 def test_a_trial_on_an_unknown_gpu_records_mfu_null(monkeypatch, name, mfu_known):
     from conftest import toy_config
 
-    from hpo.trial import speed
+    from hpo.trial import speed_record as speed
     from hpo.trial.trainer import TrainResult
 
     config = toy_config(Knobs(precision="bf16", attention="eager", optimizer="forloop"))
@@ -124,7 +124,7 @@ def test_a_trial_faster_than_the_cached_peak_has_it_measured_again(tmp_path, mon
 def test_a_recorded_mfu_never_exceeds_one_and_a_clamp_is_said(tmp_path, monkeypatch):
     from conftest import toy_config
 
-    from hpo.trial import speed
+    from hpo.trial import speed_record as speed
     from hpo.trial.trainer import TrainResult
 
     measured = _fake_measurements(monkeypatch, tmp_path, [0.004] * 5)

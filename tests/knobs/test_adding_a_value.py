@@ -22,7 +22,7 @@ from hpo.evidence.observe import mismatches, observed_knobs
 from hpo.hardware import probes
 from hpo.knobs import registry
 from hpo.knobs.attention import attention_function, eager_attention
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEX_OP = "flex_attention_forward"  # the kernel op a FlexAttention-like backend would show

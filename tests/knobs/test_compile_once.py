@@ -15,7 +15,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.engine.step import run_step
 from hpo.trial.trainer import train
 from hpo.verify.probe import run_probe
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="fused", compile="default")

@@ -11,7 +11,7 @@ from hpo.config.trial import Knobs
 from hpo.engine.assembly import AssembledModel
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

@@ -90,7 +90,7 @@ def test_the_trainer_is_built_with_that_device(monkeypatch):
 
     monkeypatch.setattr(pl, "Trainer", trainer)
     monkeypatch.setattr(lightning_loop, "lightning_device", lambda device: {"accelerator": "gpu", "devices": [2]})
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     config = _config("eager")
     with pytest.raises(Stop):

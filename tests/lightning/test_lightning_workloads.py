@@ -130,7 +130,7 @@ def test_a_step_that_raises_inside_the_evidence_capture_leaves_no_profiler_runni
 
     from hpo.errors import TrialRejected
     from hpo.trial.lightning_loop import train_lightning
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     config = _config("toy_lightning:ToyLightning", {**TOY, "nan_at_step": 0}, Knobs())
     workload = create_workload(config.workload, config.workload_options)
@@ -153,7 +153,7 @@ def test_the_probe_runs_a_compiled_lightning_module_as_the_trainer_does():
     import torch
 
     from hpo.verify.probe import run_probe
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     knobs = Knobs(precision="fp32", attention="eager", optimizer="forloop", compile="default")
     config = _config("causal_lm_lightning", LM, knobs)

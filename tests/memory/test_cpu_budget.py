@@ -16,7 +16,7 @@ from hpo.records import RecordKey, check_trial_attrs
 from hpo.trial.executor import execute
 from hpo.trial.memory_budget import fit_batches, measure_peaks
 from hpo.verify.cache import MemoryVerdicts
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 # 32 thin blocks of eager attention: without checkpointing every block's activations are kept for
 # backward (about 7 MB a sample on the CPU meter), with it each block's input and one block's

@@ -34,7 +34,7 @@ from hpo.trial.phases import Phases
 from hpo.trial.run import TrialRun
 from hpo.verdicts import Kind
 from hpo.verify.cache import MemoryVerdicts
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CUDA = torch.device("cuda")
 MB = 2**20

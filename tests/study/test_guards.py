@@ -16,7 +16,7 @@ from hpo.errors import TrialError, TrialRejected
 from hpo.trial.executor import execute
 from hpo.trial.trainer import train
 from hpo.verify.cache import MemoryVerdicts, verdict_key
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

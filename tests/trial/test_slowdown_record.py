@@ -78,7 +78,7 @@ def test_the_reference_timing_records_when_it_ended():
     from hpo.engine.assembly import AssembledModel
     from hpo.verify.reference import time_reference
     from hpo.verify.reference_knobs import REFERENCE_KNOBS
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     workload = create_workload("toy_workloads:Toy", {"n_blocks": 1})
     reference = AssembledModel(workload, REFERENCE_KNOBS, TrainingConfig(batch_size=8), resolve_device("cpu"))

@@ -207,7 +207,7 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
     import hpo.trial.slowdown as slowdown
     from hpo.hardware.runtime import resolve_device
     from hpo.verify.cache import reference_key
-    from hpo.verify.speed import SlowProof
+    from hpo.verify.slow_proof import SlowProof
 
     plain_config = _config(dropout=0.3)  # dropout on: any leftover weights, optimizer state or RNG shows
     config, verdicts = dataclasses.replace(plain_config, skip_slow=True), MemoryVerdicts()
@@ -253,9 +253,9 @@ def test_a_slow_trial_recorded_before_verdicts_named_their_parts_still_blames_it
 def test_the_probes_reference_step_counts_the_flops_the_trial_records(monkeypatch):
     """The reference's compared step is the eager fp32 model the FLOP count needs: the trial records
     that count and builds no model to count again."""
-    import hpo.trial.speed as speed
+    import hpo.trial.speed_record as speed
     from hpo.engine.flops import model_flops_per_sample
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     config = _config()
     workload = create_workload(config.workload, config.workload_options)
@@ -272,7 +272,7 @@ def test_the_probes_reference_step_counts_the_flops_the_trial_records(monkeypatc
 
 def test_a_compiled_trial_compared_on_its_whole_batch_leaves_the_count_to_its_speed_record(monkeypatch):
     """Counting a whole batch would cost more than the speed record's own small count."""
-    import hpo.trial.speed as speed
+    import hpo.trial.speed_record as speed
 
     calls = []
     count = speed.model_flops_per_sample

@@ -11,10 +11,10 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Target
-from hpo.trial.speed import objective_values, speed_attrs
+from hpo.trial.speed_record import objective_values, speed_attrs
 from hpo.trial.trainer import TrainResult
 from hpo.verify.cache import MemoryVerdicts
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

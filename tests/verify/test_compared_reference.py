@@ -17,7 +17,7 @@ from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.compared import ComparedReference, ReferenceFiles, ReferenceMemory, compared_key
 from hpo.verify.probe import run_probe
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 SDPA_FUSED = Knobs(precision="fp32", attention="sdpa", optimizer="fused")

@@ -16,7 +16,7 @@ from hpo.verify.bounds import FLOOR_FACTOR, ORDER_ONE, Errors, bound_from_floor
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.probe import BATCH_STATISTICS_SAMPLES, PROBE_SAMPLES, compared_samples, run_probe
 from hpo.verify.rounding import RoundedTo, round_mantissa
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 RESNET = "numerics_workloads:ResNet"

@@ -18,7 +18,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.trial import executor
 from hpo.verify import probe as probe_module
 from hpo.verify.cache import MemoryVerdicts
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 TRIAL_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")
 

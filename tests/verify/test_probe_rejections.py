@@ -9,7 +9,7 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verify.probe import run_probe
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

@@ -16,7 +16,7 @@ from hpo.verify.compared_step import loss_and_grads
 from hpo.verify.dropout_off import _dropout_settings
 from hpo.verify.probe import run_probe
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.workloads.registry import BUILTIN_WORKLOADS, create_workload
+from hpo.workloads.catalog import BUILTIN_WORKLOADS, create_workload
 
 CPU = torch.device("cpu")
 TRIAL_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")

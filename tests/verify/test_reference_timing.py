@@ -78,7 +78,7 @@ from hpo.hardware import allocator
 from hpo.hardware.memory import resident_bytes
 from hpo.verify import reference
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 allocator.keep_freed_memory()
 if sys.argv[1] == "no-prefault":
@@ -122,7 +122,7 @@ def test_every_reference_step_run_is_a_timed_one(monkeypatch):
     from hpo.config.trial import TrainingConfig
     from hpo.engine.assembly import AssembledModel
     from hpo.verify.reference_knobs import REFERENCE_KNOBS
-    from hpo.workloads.registry import create_workload
+    from hpo.workloads.catalog import create_workload
 
     run = []
     timed_step = reference.timed_step

@@ -16,8 +16,8 @@ from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts, reference_key
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
-from hpo.verify.speed import prove_slow, time_knobs
-from hpo.workloads.registry import create_workload
+from hpo.verify.slow_proof import prove_slow, time_knobs
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 

@@ -1,5 +1,5 @@
 """A `slow` verdict needs the knobs slow against the reference in every round of the proof
-(`hpo.verify.speed.PROOF_ROUNDS`): a burst of load in one round, or a quiet round among slow ones,
+(`hpo.verify.slow_proof.PROOF_ROUNDS`): a burst of load in one round, or a quiet round among slow ones,
 proves nothing. Timings are injected (`time_model`, the proof's steady timing of a built model,
 returns scripted step times), so each case is deterministic, whatever the machine's load. The round
 counts are written out: a test that read them from PROOF_ROUNDS would pass whatever it became."""
@@ -12,11 +12,11 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
-from hpo.verify import speed
+from hpo.verify import slow_proof as speed
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.verify.steady import DEFAULT_POLICY, StepTimes
-from hpo.workloads.registry import create_workload
+from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
 REFERENCE_MS, QUIET_MS, BURST_MS = 10.0, 12.0, 100.0  # a burst is 10x the reference, over the 5x limit

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from hpo.config.space import parse_space
+from hpo.workloads.catalog import create_workload
 from hpo.workloads.hf_examples import write_examples
-from hpo.workloads.registry import create_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from hpo.errors import KnobUnavailable, UserInputError
 from hpo.knobs.attention import pinned_kernel
 from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
 from hpo.workloads import hf_text_classification as hftc
-from hpo.workloads.registry import create_workload, parse_options
+from hpo.workloads.catalog import create_workload, parse_options
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from hpo.errors import UserInputError
-from hpo.workloads.registry import (
+from hpo.workloads.catalog import (
     BUILTIN_OPTIONS,
     BUILTIN_WORKLOADS,
     NEEDS_USER_FILES,

@@ -12,7 +12,7 @@ import torch
 from examples.zoo.hf import HFWorkload
 from examples.zoo.models import ZOO
 from hpo.errors import KnobUnavailable
-from hpo.workloads.registry import create_workload, metrics_of
+from hpo.workloads.catalog import create_workload, metrics_of
 
 
 def test_at_least_twelve_library_models_cover_every_family():

@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 
 from hpo.app.export_as.hf import hf_arguments
-from hpo.app.export_as.lightning import lightning_arguments
+from hpo.app.export_as.lightning_trainer import lightning_arguments
 from hpo.app.export_as.python_loop import python_snippet
 from hpo.app.export_as.winner import HF_ATTN, Winner, winner_of
 from hpo.errors import UserInputError
