@@ -242,6 +242,9 @@ class TrialRecord(_Record):
     batch_size_chosen: int | None = Field(
         None, description="with `params.batch_size: auto`: the batch the trial trained at (its `config` holds it too)"
     )
+    lr_chosen: float | None = Field(
+        None, description="with `params.batch_size: auto`: the learning rate the trial trained at, after `params.lr_scaling`"
+    )
 
 
 class RecordKey:
@@ -307,6 +310,7 @@ class RecordKey:
     MEMORY_MODEL = "memory_model"
     PREDICTED_PEAK_MB = "predicted_peak_mb"
     BATCH_SIZE_CHOSEN = "batch_size_chosen"
+    LR_CHOSEN = "lr_chosen"
 
 
 def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:

@@ -69,23 +69,29 @@ class AutoBatch:
 
     max: int = 1024
     multiple_of: int = 1
+    # The batch `params.lr` is the rate for, which `lr_scaling` scales from (`hpo.config.lr_scaling`).
+    base_batch: int | None = None
+    lr_scaling: str = "none"
 
     def record(self) -> dict[str, Any]:
-        return {"auto": {"max": self.max, "multiple_of": self.multiple_of}}
+        base = {} if self.base_batch is None else {"base_batch": self.base_batch}
+        return {"auto": {"max": self.max, "multiple_of": self.multiple_of, **base}}
 
 
 ParamSpec = FloatRange | IntRange | Choices | Fixed | AutoBatch
 
 
 def parse_auto_batch(path: str, raw: Any) -> AutoBatch | None:
-    """`auto` or `{auto: {max, multiple_of}}` as an AutoBatch; None for any other batch size spec."""
+    """`auto` or `{auto: {max, multiple_of, base_batch}}` as an AutoBatch; None for any other batch size spec."""
     if raw == "auto":
         return AutoBatch()
     if not isinstance(raw, dict) or "auto" not in raw:
         return None
     options = raw["auto"] if raw["auto"] is not None else {}
-    if len(raw) != 1 or not isinstance(options, dict) or set(options) - {"max", "multiple_of"}:
-        raise UserInputError(f"{path}: an automatic batch size is `auto` or {{auto: {{max: 1024, multiple_of: 8}}}}, got {raw!r}")
+    if len(raw) != 1 or not isinstance(options, dict) or set(options) - {"max", "multiple_of", "base_batch"}:
+        raise UserInputError(
+            f"{path}: an automatic batch size is `auto` or {{auto: {{max: 1024, multiple_of: 8, base_batch: 64}}}}, got {raw!r}"
+        )
     for key, value in options.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserInputError(f"{path}.auto.{key} must be an integer >= 1, got {value!r}")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpo import CONFIG_FORMAT, __version__
+from hpo.config import lr_scaling
 from hpo.config.params import TRAINING_RULES, AutoBatch
 from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
 
@@ -140,9 +141,14 @@ class TrialConfig:
                 **_budget(training),
                 **self.workload_options,
             },
-            "params": {**training.params(), **({"batch_size": self.batch_auto.record()} if self.batch_auto else {})},
+            "params": {**training.params(), **self._auto_params()},
             "systems": systems,
         }
+
+    def _auto_params(self) -> dict[str, Any]:
+        if self.batch_auto is None:
+            return {}
+        return {"batch_size": self.batch_auto.record(), **lr_scaling.record(self.batch_auto)}
 
     def _memory_limit(self) -> dict[str, Any]:
         return {} if self.memory_limit_gb is None else {"memory_limit_gb": self.memory_limit_gb}

@@ -22,6 +22,7 @@ import dataclasses
 
 import torch
 
+from hpo.config.lr_scaling import scaled_lr
 from hpo.config.params import AutoBatch
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
@@ -178,8 +179,13 @@ def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) 
             peaks = fit_peaks([*peaks.points, (chosen, peak)])
         ceiling, chosen = chosen - auto.multiple_of, 0
     batch = chosen or auto.multiple_of  # none fits: the smallest, which the prediction then rejects
-    training = dataclasses.replace(run.config.training, batch_size=batch)
+    lr = scaled_lr(run.config.training.lr, batch, auto)
+    training = dataclasses.replace(run.config.training, batch_size=batch, lr=lr)
     run.config = dataclasses.replace(run.config, training=training, batch_auto=None)
+    if run.model is not None and lr != run.model.training.lr:
+        run.model.training = training
+        run.model.restart()  # an optimizer at the scaled rate
     run.attrs[RecordKey.CONFIG] = run.config.to_dict()
     run.attrs[RecordKey.BATCH_SIZE_CHOSEN] = batch
+    run.attrs[RecordKey.LR_CHOSEN] = lr
     return peaks
