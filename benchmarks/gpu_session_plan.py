@@ -184,7 +184,7 @@ class Plan:
         correctness jobs, so its samples/s compare settings with each other, not with an idle GPU;
         it starts no setting past LOADER_SHARE of the step's cap and writes its JSON after each."""
         cap = LOADER_SHARE * self._cap(caps()["correctness"])
-        size = ["--steps", "2", "--images", "32", "--size", "32"] if self.toy else ["--steps", "20", "--images", "256"]
+        size = ["--steps", "2", "--images", "128", "--size", "32"] if self.toy else ["--steps", "20", "--images", "256"]
         device = "cpu" if self.toy else "cuda"
         return self.script("bench-loader", "--device", device, *size, "--time-cap", f"{cap:.0f}", "--out", str(self.loader))
 
