@@ -1,7 +1,8 @@
 """What `scripts/gpu-session` runs, step by step, and what it keeps of each step.
 
 1. install the carried wheels; 2. the environment and `hpo doctor`; 3. correctness, in parallel:
-gpu-check streams over the knob matrix, a joint study of search_spaces/gpu.yaml and the model zoo; 4.-6. timing,
+gpu-check streams over the knob matrix, a joint study of search_spaces/gpu.yaml, the model zoo and a short
+loader stream (scripts/bench-loader on png_images, pin_memory false and true); 4.-6. timing,
 each step alone on the GPU: the knob benchmark, hpo against a hand-written loop on
 benchmarks/configs/big.yaml (its hpo side also gives big.yaml's eager MFU) and big.yaml compiled;
 7. a probe_first study of the same space, alone (its opening sweep ranks by speed).
@@ -40,6 +41,7 @@ KNOB_SHAPE = ["d_model=768", "n_layers=6", "n_heads=12", "seq_len=512"]  # the H
 TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"  # the studies' toy model (gpu_session_streams.py has its own)
 TOY_SLOWER = 4
 ZOO_SHARE = 0.7  # of the correctness step's cap: the zoo starts no model later, and one model's probes fit the rest
+LOADER_SHARE = 0.6  # of the same cap: the loader stream starts no setting later (one png_images trial: about 4 s on a CPU)
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -60,6 +62,7 @@ class Plan:
         self.knobs = out / f"knobs-causal_lm-{kind}.json"
         self.vs_bare = out / f"vs-bare-big-{kind}.json"
         self.zoo = out / f"zoo-{kind}.json"
+        self.loader = out / f"loader-{kind}.json"
         work.mkdir(parents=True, exist_ok=True)
 
     def _cap(self, seconds: float) -> float:
@@ -141,6 +144,7 @@ class Plan:
         ]
         jobs.append(self._study("joint", self._space("joint")))
         jobs.append((self._zoo(),))
+        jobs.append((self._loader(),))
 
         def merge() -> None:
             rows = []
@@ -152,7 +156,7 @@ class Plan:
             self.gpu_check_rows.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
         collect = lambda record: record.__setitem__("joint", self._study_result("joint"))
-        what = f"gpu-check streams {', '.join(streams)}, a joint study and the model zoo, in parallel"
+        what = f"gpu-check streams {', '.join(streams)}, a joint study, the model zoo and the loader stream, in parallel"
         return Step("correctness", what, self._cap(caps()["correctness"]), tuple(jobs), collect=collect, poll=merge)
 
     def _zoo(self) -> Run:
@@ -173,6 +177,16 @@ class Plan:
             str(self.work / "zoo.md"),
         ]
         return self.script("zoo-table", *args)
+
+    def _loader(self) -> Run:
+        """A short loader stream (scripts/bench-loader): png_images per loader setting, on CUDA each
+        with pin_memory false and true (pinned batches copy non-blocking). It runs beside the other
+        correctness jobs, so its samples/s compare settings with each other, not with an idle GPU;
+        it starts no setting past LOADER_SHARE of the step's cap and writes its JSON after each."""
+        cap = LOADER_SHARE * self._cap(caps()["correctness"])
+        size = ["--steps", "2", "--images", "128", "--size", "32"] if self.toy else ["--steps", "20", "--images", "256"]
+        device = "cpu" if self.toy else "cuda"
+        return self.script("bench-loader", "--device", device, *size, "--time-cap", f"{cap:.0f}", "--out", str(self.loader))
 
     # ---- 4-6: timing, each alone --------------------------------------------------------------
 

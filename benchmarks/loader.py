@@ -1,8 +1,15 @@
 """Throughput and data_wait_share of png_images per loader setting: hpo's searched settings and
 the fixed guesses the projects hpo grew from used (issue 40). Each setting is one trial through
-`hpo.trial.executor.execute` (probe, loader check, training), its record read back."""
+`hpo.trial.executor.execute` (probe, loader check, training), its record read back.
+
+On CUDA each searched setting runs with pin_memory false and true, side by side (pinned batches
+are copied non-blocking), so a cut at the time cap still keeps whole pairs."""
 
 from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
 
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
@@ -10,7 +17,7 @@ from hpo.config.trial import Knobs, LoaderSettings
 from hpo.trial.executor import execute
 from hpo.verify.cache import MemoryVerdicts
 
-__all__ = ["FIXED_GUESSES", "SEARCHED", "run_loader_bench"]
+__all__ = ["FIXED_GUESSES", "SEARCHED", "run_loader_bench", "settings_for"]
 
 KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")
 # What `search_spaces/png_images.yaml` searches (pin_memory left out: it does nothing on a CPU).
@@ -27,36 +34,77 @@ FIXED_GUESSES = {
 }  # fmt: skip
 
 
-def _config(settings: LoaderSettings, steps: int, images: int, size: int):
+def settings_for(device: str) -> dict[str, LoaderSettings]:
+    """The searched settings on `device` (on CUDA each with pin_memory false, then true), then the guesses."""
+    if device != "cuda":
+        return {**SEARCHED, **FIXED_GUESSES}
+    pairs = {
+        f"{name}, pin_memory={pin}": dataclasses.replace(settings, pin_memory=pin)
+        for name, settings in SEARCHED.items()
+        for pin in (False, True)
+    }
+    return {**pairs, **FIXED_GUESSES}
+
+
+def _config(settings: LoaderSettings, steps: int, images: int, size: int, device: str):
     space = parse_space(
         {
             "study": {"name": "bench-loader", "pruner": {"name": "none"}, "skip_slow": False},
             "workload": {"name": "png_images", "max_steps": steps, "eval_every": steps, "images": images, "size": size, "crop": size * 3 // 4},
             "params": {"lr": 1e-3, "batch_size": 32},
-            "systems": {"device": "cpu"},
+            "systems": {"device": device},
         },
         source="bench-loader",
     )  # fmt: skip
     return build_config(space, {"lr": 1e-3, "batch_size": 32}, KNOBS, settings)
 
 
-def run_loader_bench(steps: int = 40, images: int = 512, size: int = 96) -> dict:
-    rows = {}
-    for name, settings in {**SEARCHED, **FIXED_GUESSES}.items():
-        outcome = execute(_config(settings, steps, images, size), MemoryVerdicts())
+def summarize(rows: dict, searched: set[str], guesses: set[str]) -> dict:
+    """hpo's pick among the searched rows that ran ok, and its speed-up over each guess (None before any ran)."""
+    ok = {n: r for n, r in rows.items() if n in searched and r["verdict"] == "ok" and r["samples_per_s"]}
+    if not ok:
+        return {"picked": None, "speedup_over_guesses": {}}
+    picked = max(ok, key=lambda n: ok[n]["samples_per_s"])
+    speedups = {
+        n: round(ok[picked]["samples_per_s"] / r["samples_per_s"], 2)
+        for n, r in rows.items()
+        if n in guesses and r["samples_per_s"]
+    }
+    return {"picked": picked, "speedup_over_guesses": speedups}
+
+
+def run_loader_bench(
+    steps: int = 40,
+    images: int = 512,
+    size: int = 96,
+    device: str = "cpu",
+    time_cap_s: float | None = None,
+    on_row: Callable[[dict], None] | None = None,
+) -> dict:
+    """Every setting of `settings_for(device)`, one trial each; none starts past `time_cap_s`.
+    `on_row` gets the result so far after each row, so a caller can write it before the next."""
+    settings = settings_for(device)
+    guesses = set(FIXED_GUESSES)
+    rows: dict = {}
+    start = time.monotonic()
+
+    def so_far() -> dict:
+        result = {"steps": steps, "images": images, "size": size, "device": device, "rows": rows}
+        result["not_run"] = [n for n in settings if n not in rows]
+        return result | summarize(rows, set(settings) - guesses, guesses)
+
+    for name, loader in settings.items():
+        if time_cap_s is not None and time.monotonic() - start > time_cap_s:
+            break
+        outcome = execute(_config(loader, steps, images, size, device), MemoryVerdicts())
         a = outcome.attrs
         rows[name] = {
-            "settings": settings.as_dict(),
+            "settings": loader.as_dict(),
             "verdict": str(outcome.verdict),
             "samples_per_s": a.get("train_samples_per_s"),
             "data_wait_share": a.get("data_wait_share"),
             "loader_observed": a.get("loader_observed"),
         }
-    ok = {n: r for n, r in rows.items() if n in SEARCHED and r["verdict"] == "ok"}
-    picked = max(ok, key=lambda n: ok[n]["samples_per_s"])
-    speedups = {
-        n: round(ok[picked]["samples_per_s"] / r["samples_per_s"], 2)
-        for n, r in rows.items()
-        if n in FIXED_GUESSES and r["samples_per_s"]
-    }
-    return {"steps": steps, "images": images, "size": size, "rows": rows, "picked": picked, "speedup_over_guesses": speedups}
+        if on_row is not None:
+            on_row(so_far())
+    return so_far()

@@ -89,13 +89,18 @@ def test_the_plan_fits_one_device_call_and_keeps_at_most_six_files(tmp_path):
     # big.yaml is compiled as it is otherwise, and the studies run gpu.yaml under both strategies
     assert "compile: default}" in (tmp_path / "work" / "big-compiled.yaml").read_text()
     assert "strategy: probe_first" in (tmp_path / "work" / "gpu-probe_first.yaml").read_text()
-    streams = [job[0].argv for job in steps[2].jobs[:-2]]  # the last two: the joint study and the zoo
+    streams = [job[0].argv for job in steps[2].jobs[:-3]]  # the last three: the joint study, the zoo and the loader
     assert all("--out-dir" in argv and str(tmp_path / "out") not in " ".join(argv) for argv in streams)
     # The zoo writes its JSON under out, after each model, and starts none past most of the step's cap.
-    zoo = list(steps[2].jobs[-1][0].argv)
+    zoo = list(steps[2].jobs[-2][0].argv)
     assert zoo[1].endswith("scripts/zoo-table") and zoo[zoo.index("--json") + 1] == str(plan.zoo)
     assert plan.zoo.name == "zoo-cuda-nvidia-h100-80gb-hbm3.json" and zoo[zoo.index("--device") + 1] == "cuda"
     assert 0 < float(zoo[zoo.index("--time-cap") + 1]) < steps[2].cap_s
+    # The loader stream on the GPU: pinned and unpinned, its JSON under out after each setting, none started past its cap.
+    load = list(steps[2].jobs[-1][0].argv)
+    assert load[1].endswith("scripts/bench-loader") and load[load.index("--device") + 1] == "cuda"
+    assert load[load.index("--out") + 1] == str(plan.loader) and plan.loader.name == "loader-cuda-nvidia-h100-80gb-hbm3.json"
+    assert 0 < float(load[load.index("--time-cap") + 1]) < steps[2].cap_s and int(load[load.index("--steps") + 1]) <= 20
 
 
 def test_the_caps_leave_the_h200s_slowest_rows_room_with_a_margin(tmp_path):
@@ -136,7 +141,12 @@ def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for name in ("install", "environment", "correctness", "knobs", "vs-bare", "compiled", "probe_first"):
         assert f"\n{name}: " in "\n" + proc.stdout
-    assert "scripts/gpu-check" in proc.stdout and "bench-vs-bare" in proc.stdout and "big-compiled.yaml" in proc.stdout
+    assert (
+        "scripts/gpu-check" in proc.stdout
+        and "scripts/bench-loader --device cuda" in proc.stdout
+        and "bench-vs-bare" in proc.stdout
+        and "big-compiled.yaml" in proc.stdout
+    )
     # probe_first has no cap of its own: it gets what the others leave, which is not the whole budget.
     rest = BUDGET_S - sum(s.cap_s for s in Plan(REPO, tmp_path / "o", tmp_path / "w", "cpu", None, toy=False).steps()[:-1])
     assert (
@@ -176,9 +186,12 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert set(files) == {f"gpu-session-{kind}.{ext}" for ext in ("json", "log", "md")} | {
         f"gpu-check-{kind}.jsonl",
         f"zoo-{kind}.json",
+        f"loader-{kind}.json",
     }
     zoo = json.loads((out / f"zoo-{kind}.json").read_text())  # the zoo ran its models through the probe
     assert set(zoo["models"]) == {"causal_lm", "resnet"}, zoo
+    loader = json.loads((out / f"loader-{kind}.json").read_text())  # the loader stream ran real trials on this CPU
+    assert loader["device"] == "cpu" and loader["rows"] and all(r["verdict"] == "ok" for r in loader["rows"].values()), loader
     record = json.loads((out / f"gpu-session-{kind}.json").read_text())
     assert [s["step"] for s in record["steps"]] == steps.split(",")
     assert all(s["result"] == "ok" for s in record["steps"]), record["steps"]
