@@ -66,3 +66,9 @@ class ShardedBySample(IterableDataset):
 class ShardedBySampleToy(DatasetToy):
     def train_dataset(self, seed: int) -> Dataset:
         return ShardedBySample(TokenSamples(seed, self.samples, self.options.seq_len, self.options.vocab))
+
+
+class OneBatchToy(DatasetToy):
+    """One batch of 8 samples an epoch: the loader check's batches reach into later epochs."""
+
+    samples = 8

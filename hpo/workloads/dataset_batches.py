@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 __all__ = ["epochs", "seeded_loader", "seed_worker"]
 
@@ -37,10 +37,14 @@ def seeded_loader(dataset: Dataset, collate: Callable, batch_size: int, seed: in
     """The DataLoader of `dataset` whose order depends on `seed` only; `settings` are DataLoader's own
     (num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context)."""
     iterable = isinstance(dataset, IterableDataset)
+    # The shuffle draws from a generator of its own. Were it the loader's, whose each new epoch
+    # iterator also draws the workers' base seed from it, persistent workers (one iterator for
+    # every epoch, one base seed) would shuffle epoch 2 on differently from no workers.
+    sampler = None if iterable else RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=not iterable,
+        sampler=sampler,
         drop_last=not iterable,  # every step sees batch_size samples
         collate_fn=collate,
         generator=torch.Generator().manual_seed(seed),

@@ -44,6 +44,21 @@ def test_the_batch_order_is_a_function_of_the_seed_alone():
     assert with_workers != _sums(LoaderSettings(), seed=4)
 
 
+def test_persistent_workers_shuffle_later_epochs_as_no_workers_do():
+    """With one batch an epoch, the loader check's batches come from epochs 1-4. Persistent workers
+    keep one iterator for every epoch; when the shuffle shared the loader's generator with the
+    workers' base seed, which each new iterator draws, their epoch 2 on differed from no workers'
+    and the check refused them (`mismatch: loader ... batch 1 differs`)."""
+    workload = create_workload("loader_workloads:OneBatchToy", {"n_blocks": 1})
+
+    def sums(settings: LoaderSettings) -> list[str]:
+        batches = epochs(trial_loader(workload, settings, 8, 3))
+        return [batch_checksum(next(batches)[0]) for _ in range(4)]
+
+    assert sums(LoaderSettings(num_workers=2, persistent_workers=True)) == sums(LoaderSettings())
+    assert len(set(sums(LoaderSettings()))) > 1  # the epochs really are shuffled apart
+
+
 def test_a_trial_with_workers_records_the_workers_that_delivered_its_batches():
     outcome = execute(_config(num_workers=2, persistent_workers=True), MemoryVerdicts())
     assert outcome.ok, outcome.verdict
