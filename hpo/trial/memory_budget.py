@@ -40,6 +40,11 @@ from hpo.workloads.base import Workload
 __all__ = ["CONFIRMATIONS", "budget_memory", "fit_batches", "measure_peaks", "memory_key", "oom_part"]
 
 CONFIRMATIONS = 3
+# The auto batch is chosen to fit 95% of the limit: training's later steps can take a little more
+# than the confirming step did (the process's own growth on a CPU, where the meter reads the whole
+# resident set; fragmentation in CUDA's caching allocator). At the predicted edge, a CPU trial beside
+# other work went over its limit by 0.2%.
+AUTO_HEADROOM = 0.05
 MB = 2**20
 
 
@@ -160,12 +165,13 @@ def _step_peak(model: AssembledModel, workload: Workload, config: TrialConfig, b
 
 
 def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) -> PeakModel:
-    """The largest batch the model says fits, confirmed by a real step; `run.config` trains at it.
-    A confirming step over the limit (or out of memory) refits with what it measured."""
-    ceiling = auto.max
+    """The largest batch the model says fits within AUTO_HEADROOM of the limit, confirmed by a real
+    step; `run.config` trains at it. A confirming step over that (or out of memory) refits with what
+    it measured."""
+    ceiling, budget = auto.max, int(limit * (1 - AUTO_HEADROOM))
     chosen = 0
     for _ in range(CONFIRMATIONS):
-        chosen = peaks.largest_fitting(limit, ceiling, auto.multiple_of)
+        chosen = peaks.largest_fitting(budget, ceiling, auto.multiple_of)
         if chosen == 0:
             break
         model = _model(run)
@@ -173,7 +179,7 @@ def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) 
             (_, peak), *_ = measure_peaks(model, run.workload, run.config, (chosen,), first=fit_batches(run.config)[0])
         except torch.OutOfMemoryError:
             peak = None
-        if peak is not None and peak <= limit:
+        if peak is not None and peak <= budget:
             break
         if peak is not None:
             peaks = fit_peaks([*peaks.points, (chosen, peak)])
