@@ -120,7 +120,10 @@ def test_under_a_budget_the_faster_knob_runs_more_steps_and_reaches_a_lower_loss
         "corpus_bytes": 60000,
         "eval_batches": 2,
     }
-    space["params"] = {"lr": 1.0e-2, "batch_size": 16}
+    # At lr 1e-2 both runs reach the loss's early plateau (about 2.25) within the budget, where more
+    # steps no longer lower it (CI once read 2.28456 against 2.28449); at 2e-3 the model is still
+    # learning: 87-90 steps reached 2.415-2.445 against 65-69 steps at 2.48-2.52, one thread here.
+    space["params"] = {"lr": 2.0e-3, "batch_size": 16}
     space["systems"]["grad_checkpointing"] = [False, True]
     order = [False, True, False, True, False]  # the first warms the process up; then interleaved
     space["study"]["n_trials"] = len(order)
