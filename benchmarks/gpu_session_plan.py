@@ -16,6 +16,7 @@ only, like the runner.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -40,8 +41,10 @@ MARGIN = 1.5  # over the H200's times: another GPU (the default kind is an H100)
 KNOB_SHAPE = ["d_model=768", "n_layers=6", "n_heads=12", "seq_len=512"]  # the H200 run's knob benchmark
 TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"  # the studies' toy model (gpu_session_streams.py has its own)
 TOY_SLOWER = 4
+LOCK = "hpo:probe_first:sweeper"  # hpo.study.strategy.LOCK_ATTR (this runner imports no hpo): {"host", "pid", "at"}
 ZOO_SHARE = 0.7  # of the correctness step's cap: the zoo starts no model later, and one model's probes fit the rest
 LOADER_SHARE = 0.6  # of the same cap: the loader stream starts no setting later (one png_images trial: about 4 s on a CPU)
+MEMORY_SHARE = 0.6  # of the same cap: the memory budget starts no row later (one big.yaml trial: about 30 s on the H200)
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -63,6 +66,7 @@ class Plan:
         self.vs_bare = out / f"vs-bare-big-{kind}.json"
         self.zoo = out / f"zoo-{kind}.json"
         self.loader = out / f"loader-{kind}.json"
+        self.memory = work / "memory.json"  # into the session's JSON: the call brings back at most 8 files
         work.mkdir(parents=True, exist_ok=True)
 
     def _cap(self, seconds: float) -> float:
@@ -143,6 +147,7 @@ class Plan:
             for name in streams
         ]
         jobs.append(self._study("joint", self._space("joint")))
+        jobs.append((self._memory(),))
         jobs.append((self._zoo(),))
         jobs.append((self._loader(),))
 
@@ -155,8 +160,14 @@ class Plan:
                     ]
             self.gpu_check_rows.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-        collect = lambda record: record.__setitem__("joint", self._study_result("joint"))
-        what = f"gpu-check streams {', '.join(streams)}, a joint study, the model zoo and the loader stream, in parallel"
+        def collect(record: dict) -> None:
+            record["joint"] = self._study_result("joint")
+            record["memory"] = _without_meta(self.memory)
+
+        what = (
+            f"gpu-check streams {', '.join(streams)}, a joint study, the memory budget, the model zoo and the loader stream, "
+            "in parallel"
+        )
         return Step("correctness", what, self._cap(caps()["correctness"]), tuple(jobs), collect=collect, poll=merge)
 
     def _zoo(self) -> Run:
@@ -177,6 +188,22 @@ class Plan:
             str(self.work / "zoo.md"),
         ]
         return self.script("zoo-table", *args)
+
+    def _memory(self) -> Run:
+        """The memory budget (scripts/bench-memory): big.yaml under half the device with `batch_size:
+        auto`, checkpointing on then off, then checkpointing's batch without it (rejected before
+        training, if the model is right). Beside the other jobs its samples/s compare its own rows
+        only; the predicted against measured peaks do not depend on them (each process's own
+        allocator peak). It starts no row past MEMORY_SHARE of the step's cap."""
+        cap = MEMORY_SHARE * self._cap(caps()["correctness"])
+        if self.toy:
+            config = self.repo / "benchmarks" / "configs" / "tiny.yaml"
+            size = ["--limit", "1.5", "--precision", "fp32", "--max-batch", "32", "--steps", "2"]
+        else:
+            config = self.repo / "benchmarks" / "configs" / "big.yaml"
+            size = ["--limit", "half", "--precision", "bf16", "--max-batch", "256", "--multiple-of", "16", "--steps", "8"]
+        argv = ["--config", str(config), *size, "--time-cap", f"{cap:.0f}", "--out", str(self.memory)]
+        return self.script("bench-memory", *argv)
 
     def _loader(self) -> Run:
         """A short loader stream (scripts/bench-loader): png_images per loader setting, on CUDA each
@@ -294,7 +321,40 @@ class Plan:
             "trials": trials,
             "sweep": [ln for ln in lines if "sweep" in ln][:5],
             "best": [{k: t.get(k) for k in keep} for t in best or []],
+            "sweep_share": sweep_share(self.work / f"{strategy}.db") if strategy == "probe_first" else None,
         }
+
+
+def sweep_share(db: Path) -> dict | None:
+    """The opening sweep's share of a probe_first study (issue 38), read from its SQLite file: from
+    when the sweeper took its lock to the first trial's start, over that lock to the last trial's
+    end. None before any trial started. Optuna stores naive local times, the lock an epoch time."""
+    import datetime
+    import sqlite3
+
+    if not db.is_file():
+        return None
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        locks = [json.loads(v) for k, v in con.execute("SELECT key, value_json FROM study_user_attributes") if k.startswith(LOCK)]
+        starts = [s for (s,) in con.execute("SELECT datetime_start FROM trials WHERE datetime_start IS NOT NULL")]
+        ends = [e for (e,) in con.execute("SELECT datetime_complete FROM trials WHERE datetime_complete IS NOT NULL")]
+    if not locks or not starts:
+        return None
+    epoch = lambda text: datetime.datetime.fromisoformat(text).timestamp()
+    began = min(lock["at"] for lock in locks)
+    sweep = min(map(epoch, starts)) - began
+    whole = max(map(epoch, ends or starts)) - began
+    return {"sweep_s": round(sweep, 1), "study_s": round(whole, 1), "share": round(sweep / whole, 3) if whole > 0 else None}
+
+
+def _without_meta(path: Path) -> dict | None:
+    """A benchmark's JSON without its run metadata (the session records its own), None if absent or cut mid-write."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    result.pop("meta", None)
+    return result
 
 
 def caps() -> dict[str, float]:

@@ -7,6 +7,8 @@ import collections
 import json
 from pathlib import Path
 
+from benchmarks.memory_budget import table as memory_table
+
 __all__ = ["probe_vs_training", "write_summary"]
 
 PROBE_TRAIN_LIMIT = 0.20  # issue 30: an ok row's probe speed within 20% of its training speed
@@ -138,8 +140,31 @@ def _studies(record: dict) -> list[str]:
     for strategy in ("joint", "probe_first"):
         study = record.get(strategy)
         if study:
-            lines += ["", f"## {strategy} study (search_spaces/gpu.yaml)", "", "```", *study["sweep"], *study["trials"], "```"]
+            lines += ["", f"## {strategy} study (search_spaces/gpu.yaml)", ""]
+            share = study.get("sweep_share")
+            if share:
+                lines += [
+                    f"The opening sweep: {share['sweep_s']} s of the study's {share['study_s']} s, "
+                    f"{_num(_pct(share['share']))}% (issue 38's goal: 10% in a first study).",
+                    "",
+                ]
+            lines += ["```", *study["sweep"], *study["trials"], "```"]
     return lines
+
+
+def _memory(result: dict | None) -> list[str]:
+    if not result or not result.get("rows"):
+        return []
+    return [
+        "",
+        f"## Memory as a budget (limit {result['limit_gb']} GB, batch_size auto up to {result['max_batch']})",
+        "",
+        memory_table(result).rstrip("\n"),
+        "",
+        f"Fastest with checkpointing over fastest without: {_num(result.get('throughput_with_over_without'), '.3f')}; "
+        f"predicted over measured peak, minus one: {result.get('prediction_error_range')}. "
+        "It shares the GPU with the correctness streams: compare its rows with each other.",
+    ]
 
 
 def _pct(value: float | None) -> float | None:
@@ -167,6 +192,7 @@ def write_summary(record: dict, plan, path: Path) -> None:
         lambda: _vs_bare(_load(plan.vs_bare), record.get("compiled")),
         lambda: _knobs(_load(plan.knobs)),
         lambda: _gpu_check(_rows(plan)),
+        lambda: _memory(record.get("memory")),
         lambda: _studies(record),
     ]
     lines = []

@@ -89,8 +89,13 @@ def test_the_plan_fits_one_device_call_and_keeps_at_most_six_files(tmp_path):
     # big.yaml is compiled as it is otherwise, and the studies run gpu.yaml under both strategies
     assert "compile: default}" in (tmp_path / "work" / "big-compiled.yaml").read_text()
     assert "strategy: probe_first" in (tmp_path / "work" / "gpu-probe_first.yaml").read_text()
-    streams = [job[0].argv for job in steps[2].jobs[:-3]]  # the last three: the joint study, the zoo and the loader
+    streams = [job[0].argv for job in steps[2].jobs[:-4]]  # the last four: the joint study, memory, the zoo and the loader
     assert all("--out-dir" in argv and str(tmp_path / "out") not in " ".join(argv) for argv in streams)
+    # The memory budget: big.yaml under half the device, its JSON in the session's work folder (8 files come back at most).
+    memory = list(steps[2].jobs[-3][0].argv)
+    assert memory[1].endswith("scripts/bench-memory") and memory[memory.index("--limit") + 1] == "half"
+    assert memory[memory.index("--config") + 1].endswith("big.yaml") and memory[memory.index("--out") + 1] == str(plan.memory)
+    assert plan.memory.parent == tmp_path / "work" and 0 < float(memory[memory.index("--time-cap") + 1]) < steps[2].cap_s
     # The zoo writes its JSON under out, after each model, and starts none past most of the step's cap.
     zoo = list(steps[2].jobs[-2][0].argv)
     assert zoo[1].endswith("scripts/zoo-table") and zoo[zoo.index("--json") + 1] == str(plan.zoo)
@@ -201,6 +206,8 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     rows = [json.loads(line) for line in (out / f"gpu-check-{kind}.jsonl").read_text().splitlines()]
     assert {row["stream"] for row in rows} == {"attention", "optimizer"} and all(r["verdict"] == "ok" for r in rows)
     assert record["joint"]["trials"] and record["joint"]["best"][0]["verdict"] == "ok"
+    memory = record["memory"]["rows"]  # the memory budget ran each row as a real trial under its limit
+    assert len(memory) == 3 and all(r["verdict"] == "ok" and r["predicted_peak_mb"] and r["peak_mem_mb"] for r in memory.values())
     assert record["compiled"]["verdict"] == "ok" and record["compiled"]["knobs_observed"]["compile"] is True
     summary = (out / f"gpu-session-{kind}.md").read_text()
     assert "| correctness |" in summary and "## gpu-check" in summary and "## joint study" in summary
