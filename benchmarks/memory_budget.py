@@ -54,19 +54,16 @@ def _variant(base: dict, precision: str, checkpointing: bool, batch, limit_gb: f
     return config
 
 
-def _train(config: dict, work: Path, name: str, timeout: float | None) -> dict:
+def _train(config: dict, work: Path, name: str) -> dict:
     import yaml  # here, so that the GPU session's report (standard library only) can import `table`
 
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     started = time.perf_counter()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "hpo", "train", str(path), "--json"],
-            capture_output=True, text=True, cwd=work, env=child_env(), timeout=timeout,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {"verdict": f"not finished within {timeout:.0f} s", "wall_s": round(time.perf_counter() - started, 1)}
+    # No time limit of its own: the caller's (a gpu-session step's cap) ends it, and the rows before it are written.
+    done = subprocess.run(
+        [sys.executable, "-m", "hpo", "train", str(path), "--json"], capture_output=True, text=True, cwd=work, env=child_env()
+    )
     wall = round(time.perf_counter() - started, 1)
     if not done.stdout.strip().startswith("{"):  # `hpo train` exits 1 on a verdict, and still prints its trial
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -104,7 +101,7 @@ def run_memory_bench(
             if left() is not None and left() <= 0:
                 result["not_run"].append(name)
                 continue
-            row = _train(_variant(base, precision, checkpointing, auto, limit_gb, steps), Path(tmp), f"row{i}", left())
+            row = _train(_variant(base, precision, checkpointing, auto, limit_gb, steps), Path(tmp), f"row{i}")
             result["rows"][name] = {"precision": precision, "grad_checkpointing": checkpointing, "batch_size": "auto"} | row
             result |= summarize(result["rows"])
             if on_row:
@@ -112,7 +109,7 @@ def run_memory_bench(
         chosen = result["rows"].get(plan[0][0], {}).get("batch_size_chosen")
         name = f"{precisions[0]}, checkpointing off, batch {chosen} (checkpointing's)"
         if chosen and (left() is None or left() > 0):
-            row = _train(_variant(base, precisions[0], False, chosen, limit_gb, steps), Path(tmp), "rejected", left())
+            row = _train(_variant(base, precisions[0], False, chosen, limit_gb, steps), Path(tmp), "rejected")
             result["rows"][name] = {"precision": precisions[0], "grad_checkpointing": False, "batch_size": chosen} | row
             result |= summarize(result["rows"])
             if on_row:

@@ -51,10 +51,12 @@ def preloaded_torch_modules() -> tuple[str, ...]:
     before torch 2.14, the CUPTI monitor, which torch 2.13.0's `record_function` imports on its first
     call (`_maybe_cupti_monitor` in torch/autograd/profiler.py). torch 2.14.1 moved that module to
     `torch.profiler._cupti.monitor` and no longer imports it from `record_function`, so there is
-    nothing of it to preload. The version is read from torch's metadata, which imports no torch. If a
-    name is gone in a later torch, drop it for that version: preloading only saves start-up time."""
+    nothing of it to preload; torch 2.11 (the lent GPU machines' torch) has no such module at all, and
+    its preload made every `hpo train` there exit 70. The version is read from torch's metadata, which
+    imports no torch. If a name is gone in another torch, drop it for that version: preloading only
+    saves start-up time."""
     lazy = ("torch._dynamo",)
-    return (*lazy, "torch.profiler._cupti_monitor") if _torch_release() < (2, 14) else lazy
+    return (*lazy, "torch.profiler._cupti_monitor") if (2, 13) <= _torch_release() < (2, 14) else lazy
 
 
 def _torch_release() -> tuple[int, int]:

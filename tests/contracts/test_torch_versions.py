@@ -19,7 +19,8 @@ def test_every_module_the_trial_processes_preload_imports_on_the_installed_torch
 
 
 @pytest.mark.parametrize(
-    "version,cupti_monitor", [("2.13.0", True), ("2.13.0+cpu", True), ("2.14.1+cu130", False), ("2.15.0a0+git1234", False)]
+    "version,cupti_monitor",
+    [("2.11.0+cu130", False), ("2.13.0", True), ("2.13.0+cpu", True), ("2.14.1+cu130", False), ("2.15.0a0+git1234", False)],
 )
 def test_the_cupti_monitor_is_preloaded_only_where_record_function_imports_it(monkeypatch, version, cupti_monitor):
     real = importlib.metadata.version
