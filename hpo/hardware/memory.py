@@ -28,12 +28,14 @@ def enforced_limit(device: torch.device, limit_bytes: int | None) -> Iterator[No
         yield
         return
     if device.type == "cuda":
-        total = torch.cuda.mem_get_info(device)[1]
-        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total), device)
+        # set_per_process_memory_fraction takes an ordinal only: a bare "cuda" raised ValueError (H200, torch 2.11).
+        index = torch.cuda.current_device() if device.index is None else device.index
+        total = torch.cuda.mem_get_info(index)[1]
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total), index)
         try:
             yield
         finally:
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.set_per_process_memory_fraction(1.0, index)
         return
     previous, _CPU_LIMIT_BYTES = _CPU_LIMIT_BYTES, limit_bytes
     try:
