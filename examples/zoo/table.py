@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> dict:
 
 def _model_entry(name: str, values, device: torch.device, args: argparse.Namespace) -> dict:
     model = ZOO[name]
-    rows = [dataclasses.asdict(row) for row in probe_model(model, values, device)]
+    try:
+        rows = [dataclasses.asdict(row) for row in probe_model(model, values, device)]
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be built here (a package missing) must not cost the others
+        return {"workload": model.workload, "family": model.family, "error": _error(exc)}
     trains = {} if args.no_trains else _trains(model, device)
     return {"workload": model.workload, "family": model.family, "rows": rows, "trains": trains}
 

@@ -132,7 +132,7 @@ def _verify(run: TrialRun) -> TrialOutcome | None:
         )
     keep_probe(run.verdicts, run.key, run.facts, probe, run.config.training.batch_size)
     run.attrs.update(_probe_attrs(probe))
-    if probe.slow_not_judged is not None:  # a Lightning trial's probe timed it: it trains, unjudged
+    if probe.slow_not_judged is not None:  # timed by a Lightning probe, or no reference fits the batch: it trains, unjudged
         run.attrs[RecordKey.SLOW_NOT_JUDGED] = probe.slow_not_judged
     verdict = probe.slow if probe.ok and probe.slow is not None else probe.verdict
     if not verdict.ok:

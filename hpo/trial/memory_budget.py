@@ -18,6 +18,7 @@ then restarted at its initial weights and buffers, as the probe hands it on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -27,7 +28,7 @@ from hpo.config.params import AutoBatch
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.errors import UserInputError
-from hpo.hardware.memory import MemoryMeter, hand_back_freed
+from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed
 from hpo.hardware.memory_model import GB, PeakModel, fit_peaks, limit_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.knobs.optimizers import learning_rate_zero
@@ -154,14 +155,16 @@ def _step_peak(model: AssembledModel, workload: Workload, config: TrialConfig, b
     batch = model.move(next(workload.train_batches(batch_size, config.seed)))
     hand_back_freed(model.device)
     model.memory = MemoryMeter(model.device)
-    model.forward_backward(batch)
-    with torch.no_grad():
-        for parameter in model.model.parameters():
-            if parameter.grad is not None:
-                parameter.grad.nan_to_num_(0.0, 0.0, 0.0)  # so that the update at lr 0 moves no weight
-    with learning_rate_zero(model.optimizer):
-        model.optimizer_step()
-    return int(model.memory.peak_mb * MB)
+    # On a CPU the whole step is sampled: its peak may be inside backward (checkpointing's recomputation).
+    with ResidentPeak() if model.device.type != "cuda" else contextlib.nullcontext() as resident:
+        model.forward_backward(batch)
+        with torch.no_grad():
+            for parameter in model.model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.nan_to_num_(0.0, 0.0, 0.0)  # so that the update at lr 0 moves no weight
+        with learning_rate_zero(model.optimizer):
+            model.optimizer_step()
+    return max(int(model.memory.peak_mb * MB), resident.peak_bytes if resident else 0)
 
 
 def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) -> PeakModel:

@@ -42,7 +42,7 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.flops import counting_flops
-from hpo.hardware.memory import hand_back_freed, resident_bytes
+from hpo.hardware.memory import free_memory, hand_back_freed, resident_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
@@ -118,11 +118,11 @@ def run_probe(
         result.verdict, result.blame = steps.blame(config.knobs, failure)
     else:
         if reference_ms is None:
-            timing = time_reference(reference, batch, compared_growth, workload.samples_in(compared))
-            store.put(reference_key(config, device), timing.record())
-            reference_ms = timing.step_ms
+            reference_ms = _timed_reference(
+                result, reference, batch, compared_growth, workload.samples_in(compared), config, store
+            )
         result.reference_step_ms = reference_ms
-        if timed:
+        if timed and reference_ms is not None:
             _time_trial(result, trial, steps, batch, config, reference_ms)
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
@@ -138,6 +138,35 @@ def run_probe(
     result.reference_reused = reused
     result.probe_s = time.perf_counter() - start
     return result
+
+
+def _timed_reference(
+    result: ProbeResult,
+    reference: AssembledModel,
+    batch: Batch,
+    growth: int,
+    samples: int,
+    config: TrialConfig,
+    store: VerdictStore,
+) -> float | None:
+    """The reference's step time at the trial's batch, stored for every later trial; None when the
+    reference (fp32, eager attention, no checkpointing) does not fit at that batch where the
+    trial's knobs may: its out of memory is no fact about the trial's knobs, so the trial goes on
+    with its speed not judged, and says why. On the H200 a bf16 trial at batch 256 of a 152.7M GPT
+    was recorded `oom` this way, by the reference's 125 GB."""
+    try:
+        timing = time_reference(reference, batch, growth, samples)
+    except torch.OutOfMemoryError as exc:
+        why = (str(exc).splitlines() or [""])[0][:120]
+    else:
+        store.put(reference_key(config, reference.device), timing.record())
+        return timing.step_ms
+    free_memory(reference.device)  # here, not in the except: its traceback held the step's tensors
+    result.slow_not_judged = (
+        f"the fp32/eager reference does not fit at batch {config.training.batch_size} ({why}): "
+        "nothing to judge this trial's speed against"
+    )
+    return None
 
 
 def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -> None:

