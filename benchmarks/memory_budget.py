@@ -23,12 +23,13 @@ from pathlib import Path
 
 from benchmarks.results import child_env
 
-__all__ = ["half_the_device_gb", "run_memory_bench", "summarize", "table"]
+__all__ = ["half_the_device_gb", "run_memory_bench", "summarize", "table", "train_once"]
 
 KEPT = (
     "batch_size_chosen",
     "predicted_peak_mb",
     "peak_mem_mb",
+    "memory_model",
     "memory_limit_mb",
     "train_samples_per_s",
     "lr_chosen",
@@ -54,7 +55,8 @@ def _variant(base: dict, precision: str, checkpointing: bool, batch, limit_gb: f
     return config
 
 
-def _train(config: dict, work: Path, name: str) -> dict:
+def train_once(config: dict, work: Path, name: str) -> dict:
+    """One `hpo train` of `config` in a fresh process: its verdict and the memory figures (KEPT)."""
     import yaml  # here, so that the GPU session's report (standard library only) can import `table`
 
     path = work / f"{name}.yaml"
@@ -101,7 +103,7 @@ def run_memory_bench(
             if left() is not None and left() <= 0:
                 result["not_run"].append(name)
                 continue
-            row = _train(_variant(base, precision, checkpointing, auto, limit_gb, steps), Path(tmp), f"row{i}")
+            row = train_once(_variant(base, precision, checkpointing, auto, limit_gb, steps), Path(tmp), f"row{i}")
             result["rows"][name] = {"precision": precision, "grad_checkpointing": checkpointing, "batch_size": "auto"} | row
             result |= summarize(result["rows"])
             if on_row:
@@ -109,7 +111,7 @@ def run_memory_bench(
         chosen = result["rows"].get(plan[0][0], {}).get("batch_size_chosen")
         name = f"{precisions[0]}, checkpointing off, batch {chosen} (checkpointing's)"
         if chosen and (left() is None or left() > 0):
-            row = _train(_variant(base, precisions[0], False, chosen, limit_gb, steps), Path(tmp), "rejected")
+            row = train_once(_variant(base, precisions[0], False, chosen, limit_gb, steps), Path(tmp), "rejected")
             result["rows"][name] = {"precision": precisions[0], "grad_checkpointing": False, "batch_size": chosen} | row
             result |= summarize(result["rows"])
             if on_row:

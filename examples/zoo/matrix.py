@@ -27,7 +27,16 @@ from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.runnable import value_capability
 from hpo.workloads.catalog import create_workload
 
-__all__ = ["BATCH_SIZE", "ProbeRow", "knob_values", "probe_model", "runnable_here", "trial_config"]
+__all__ = [
+    "BATCH_SIZE",
+    "GPU_ATTENTION_PRECISION",
+    "ProbeRow",
+    "knob_values",
+    "probe_model",
+    "row_knobs",
+    "runnable_here",
+    "trial_config",
+]
 
 BATCH_SIZE = 16
 KnobValue = tuple[str, object]  # ("precision", "bf16"), ("grad_checkpointing", True)
@@ -50,6 +59,7 @@ class ProbeRow:
     grad_bound: float | None
     probe_s: float  # the probe's own time, building the models included
     observed: dict
+    precision: str = REFERENCE_KNOBS.precision  # what the row ran at (`row_knobs`: bf16 for attention on CUDA)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +79,21 @@ def knob_values(compile_modes: Sequence[str] = ("default",)) -> list[KnobValue]:
         else:
             values += [(knob, value) for value in table if value != reference[knob]]
     return values
+
+
+# On a GPU, SDPA's flash and cuDNN kernels exist only in half precision: probed at fp32 (the
+# reference's) they are only ever refused, as on the H200 (2026-11-28) for 15 models each. There
+# every attention value is probed at this precision, so the row says whether its kernel serves the model.
+GPU_ATTENTION_PRECISION = "bf16"
+
+
+def row_knobs(knob: str, value: object, device: torch.device) -> Knobs:
+    """The knobs one row probes: the reference's with `knob` set to `value`; on CUDA an attention
+    value also runs at GPU_ATTENTION_PRECISION."""
+    knobs = dataclasses.replace(REFERENCE_KNOBS, **{knob: value})
+    if knob == "attention" and device.type == "cuda":
+        knobs = dataclasses.replace(knobs, precision=GPU_ATTENTION_PRECISION)
+    return knobs
 
 
 def runnable_here(values: Sequence[KnobValue], device: torch.device) -> tuple[list[KnobValue], dict[KnobValue, str]]:
@@ -106,7 +131,7 @@ def probe_model(
     store, references = MemoryVerdicts(), ReferenceMemory()
     with trial_runtime(device):
         for knob, value in values:
-            knobs = dataclasses.replace(REFERENCE_KNOBS, **{knob: value})
+            knobs = row_knobs(knob, value, device)
             config = trial_config(model, knobs, device, compile_backend)
             start = time.perf_counter()
             result = run_probe(workload, config, device, store, timed=timed, references=references)
@@ -124,4 +149,5 @@ def probe_model(
                 grad_bound=result.grad_bound,
                 probe_s=time.perf_counter() - start,
                 observed=result.observed,
+                precision=knobs.precision,
             )

@@ -95,3 +95,19 @@ def test_the_example_search_space_names_a_zoo_model_that_loads():
     name = space.spec.workload.name
     assert name == "examples.zoo.text:Llama" and space.systems["grad_checkpointing"] == [False, True]
     assert create_workload(name, space.workload_options()).options.hidden == 32
+
+
+def test_on_a_gpu_attention_rows_run_at_bf16_and_the_page_says_so():
+    # The H200 zoo (2026-11-28) probed sdpa_flash and sdpa_cudnn at fp32 only, where CUDA has no such
+    # kernel: 30 refusals that said nothing of the kernels in the precision they exist for.
+    from examples.zoo.matrix import row_knobs
+    from examples.zoo.render import _value
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert row_knobs("attention", "sdpa_flash", cuda).precision == "bf16"
+    assert row_knobs("attention", "sdpa_flash", cpu).precision == "fp32"  # the CPU kernels take fp32
+    assert row_knobs("optimizer", "fused", cuda).precision == "fp32"  # only attention moves
+    assert row_knobs("precision", "fp16", cuda).precision == "fp16"
+    assert _value({"knob": "attention", "value": "sdpa_flash", "precision": "bf16"}) == "attention=sdpa_flash (bf16)"
+    assert _value({"knob": "attention", "value": "sdpa", "precision": "fp32"}) == "attention=sdpa"
+    assert _value({"knob": "precision", "value": "bf16", "precision": "bf16"}) == "precision=bf16"
