@@ -16,9 +16,9 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy as sa
-import yaml
 from conftest import MYSQL_ADMIN, POSTGRES_ADMIN
 from key_paths import edited
+from space_files import write_space
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret"
@@ -89,15 +89,17 @@ def _existing_study(path: Path, space_file: Path) -> None:
 def _cases(tmp: Path) -> dict[str, Case]:
     def space(name: str, content: dict | str) -> str:
         path = tmp / f"{name}.yaml"
-        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False))
+        if isinstance(content, str):
+            path.write_text(content)
+        else:
+            write_space(path, content, sort_keys=False)
         return str(path)
 
     fresh = {name: tmp / f"{name}.db" for name in "abcdefghijklm"}
     existing = tmp / "existing.db"
     _existing_study(existing, Path(space("good", GOOD)))
     good = space("good", GOOD)
-    newer = tmp / "newer.yaml"
-    newer.write_text(yaml.safe_dump({"format": 99, "workload": {"name": "toy_workloads:Toy"}}))
+    newer = write_space(tmp / "newer.yaml", {"format": 99, "workload": {"name": "toy_workloads:Toy"}})
     missing_db = f"hpo_missing_{uuid.uuid4().hex[:8]}"
     pg_host = POSTGRES_ADMIN.split("@", 1)[1].rsplit("/", 1)[0]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
 from key_paths import edited
+from space_files import write_space
 
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of
@@ -45,7 +45,7 @@ def _edited(changes: dict) -> dict:
 
 
 def _hpo_run(tmp: Path, space: dict, *extra: str) -> subprocess.CompletedProcess:
-    (tmp / "space.yaml").write_text(yaml.safe_dump(space))
+    write_space(tmp / "space.yaml", space)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     cmd = [sys.executable, "-m", "hpo.app.cli", "run", "space.yaml", "--storage", _url(tmp), "--workers", "0", *extra]
     return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=120)

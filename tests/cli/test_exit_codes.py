@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from space_files import write_space
 
 from hpo.errors import EXIT_CODES, ExitCode
 
@@ -29,8 +30,7 @@ def _space(tmp_path: Path, precision, **workload) -> Path:
         "workload": {"name": "toy_workloads:Toy", "max_steps": 3, "eval_every": 3, "overflow": 1.0e5, "n_blocks": 2, **workload},
         "systems": {"precision": precision, "attention": "eager", "optimizer": "fused", "compile_backend": "eager"},
     }
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
-    return tmp_path / "space.yaml"
+    return write_space(tmp_path / "space.yaml", space)
 
 
 def _hpo(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -66,7 +66,7 @@ def test_a_study_with_one_trained_trial_among_rejected_ones_exits_0(tmp_path):
 
 def test_a_sampler_whose_package_is_missing_is_refused_before_anything_is_stored(tmp_path):
     space = {"study": {"name": "nocma", "sampler": {"name": "cmaes"}}, "workload": {"name": "toy_workloads:Toy"}}
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    write_space(tmp_path / "space.yaml", space)
     fault = "import hpo.deps as d; d.is_installed = lambda m: m != 'cmaes'; import hpo.study.samplers as s; "
     run = _with_fault(tmp_path, fault + "s.is_installed = d.is_installed", ["run", "space.yaml"])
     assert run.returncode == ExitCode.BAD_INPUT == 2, run.stderr
@@ -103,7 +103,7 @@ def test_a_searched_knob_none_of_whose_values_runs_here_exits_4_at_run_and_at_wo
     and again by `hpo worker`: one line per value that cannot run, and no trial."""
     space = yaml.safe_load(_space(tmp_path, "fp32").read_text())
     space["systems"]["attention"] = ["flash_attn", "xformers"]  # neither is installed here
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    write_space(tmp_path / "space.yaml", space)
     run = _hpo(tmp_path, "run", "space.yaml")
     assert run.returncode == ExitCode.NO_KNOBS_RUN_HERE == 4, run.stderr[-2000:]
     header = "study 'codes': no knob combination can run on this machine (cpu: "

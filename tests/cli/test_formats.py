@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from space_files import write_space
 
 from hpo.app.output import KNOB_ROW_KEYS, TRIAL_KEYS, WRITTEN_KEYS
 
@@ -38,7 +38,7 @@ def _hpo(cwd: Path, *argv: str) -> str:
 def study(tmp_path_factory) -> tuple[Path, list[dict]]:
     """A two-trial study, run once; its `hpo run --format json` output."""
     folder = tmp_path_factory.mktemp("shapes")
-    (folder / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    write_space(folder / "space.yaml", SPACE)
     return folder, json.loads(_hpo(folder, "run", "space.yaml", "--in-process", "--format", "json"))
 
 

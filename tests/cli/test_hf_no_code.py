@@ -13,6 +13,7 @@ import optuna
 import pytest
 import yaml
 from hf_fixtures import tiny_bert, topic_files
+from space_files import write_space
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,9 +42,7 @@ def space(tmp_path: Path, **workload) -> Path:
         "params": {"lr": 1e-3, "batch_size": 4},
         "systems": {"precision": "fp32", "attention": "sdpa", "optimizer": "fused", "grad_checkpointing": True, "compile": False},
     }
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    return write_space(tmp_path / "space.yaml", raw)
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-import yaml
 from conftest import POSTGRES_ADMIN, _fresh_database
+from space_files import write_space
 from web import free_port, get_json
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -73,9 +73,7 @@ def _space(tmp: Path) -> Path:
         "params": {"lr": {"low": 1.0e-3, "high": 1.0e-2, "log": True}},
         "systems": {"precision": "fp32", "attention": "eager", "optimizer": "forloop"},
     }
-    path = tmp / "space.yaml"
-    path.write_text(yaml.safe_dump(space))
-    return path
+    return write_space(tmp / "space.yaml", space)
 
 
 def _dashboard(tmp: Path, env: dict) -> Ran:

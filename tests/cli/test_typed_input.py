@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
+from space_files import write_space
 
 from hpo.errors import ExitCode
 
@@ -46,7 +46,7 @@ def _study(tmp: Path) -> str:
 def outcomes(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("typed")
     url = _study(tmp)
-    (tmp / "fp16.yaml").write_text(yaml.safe_dump(TOY))
+    write_space(tmp / "fp16.yaml", TOY)
     storage = ["--study", "typed", "--storage", url]
     cases = {
         "doctor device": ["doctor", "--device", "no-such-device"],

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import optuna
 import pytest
-import yaml
 from clock import backdate
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
+from space_files import write_space
 
 from hpo.config.space import load_space
 from hpo.runtime.budget import recover, tickets_of
@@ -27,8 +27,7 @@ SPACE = {
 
 @pytest.fixture
 def study(storage_url, tmp_path):
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(SPACE))
+    path = write_space(tmp_path / "space.yaml", SPACE)
     create_or_resume(load_space(path), storage_url)
     storage = open_storage(storage_url, heartbeat_interval=1, grace_period=60)
     yield optuna.load_study(study_name="retry", storage=storage)
@@ -78,10 +77,9 @@ def test_trial_without_heartbeats_is_failed_and_retried_by_any_worker(study):
 
 
 def test_max_retries_follows_the_space_file_when_resumed(storage_url, tmp_path):
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(SPACE))
+    path = write_space(tmp_path / "space.yaml", SPACE)
     create_or_resume(load_space(path), storage_url)
-    path.write_text(yaml.safe_dump({**SPACE, "study": {**SPACE["study"], "max_retries": 4}}))
+    write_space(path, {**SPACE, "study": {**SPACE["study"], "max_retries": 4}})
     study = create_or_resume(load_space(path), storage_url)
     assert study.user_attrs["hpo:max_retries"] == 4
 

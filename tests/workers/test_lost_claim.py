@@ -9,8 +9,8 @@ import sys
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
+from space_files import write_space
 
 from hpo.config.space import load_space
 from hpo.runtime.budget import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
@@ -27,8 +27,7 @@ SPACE = {
 
 @pytest.fixture
 def study(storage_url, tmp_path):
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(SPACE))
+    path = write_space(tmp_path / "space.yaml", SPACE)
     create_or_resume(load_space(path), storage_url)
     storage = open_storage(storage_url)
     yield optuna.load_study(study_name="lost", storage=storage)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import optuna
-import yaml
+from space_files import write_space
 
 from hpo.config.space import load_space
 from hpo.storage.open import open_storage
@@ -70,9 +70,7 @@ def space_file(
             "compile_backend": "eager",
         },
     }
-    path = tmp_path / f"space-{time.monotonic_ns()}.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
+    return write_space(tmp_path / f"space-{time.monotonic_ns()}.yaml", space, sort_keys=False)
 
 
 def hpo_env(**extra: str) -> dict[str, str]:
