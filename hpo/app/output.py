@@ -59,6 +59,8 @@ KNOB_ROW_KEYS = (
     "cached",
     "loss_bound",
     "grad_bound",
+    "predicted_peak_mb",
+    "largest_batch",
 )
 WRITTEN_KEYS = ("number", "what", "path")
 ENQUEUED_KEYS = ("study", "source", "params", "skipped")

@@ -5,7 +5,9 @@ Searched hyperparameters are taken at one documented value each
 (`hpo.config.resolve.representative_values`): a fixed value as it is, the middle of a range (the
 geometric middle of a log range, rounded for integers and steps), the first of a list of choices. Every verdict goes into the verdict cache, the study's when `--study` names
 one, so a later `hpo run` of that study starts from them: its trials reuse the verdicts, and the
-sampler never proposes a combination, or a part of one, known to fail.
+sampler never proposes a combination, or a part of one, known to fail. Under a memory limit each
+verified row also says the peak predicted at the study's batch and the largest batch that fits
+(`hpo.app.sweep_memory`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hpo.app.sweep_memory import batch_ceiling, memory_fit
 from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
@@ -59,6 +62,10 @@ class SweepRow:
     machine_key: str | None = None
     from_machine: bool = False
     known_ms: list[float] | None = None
+    # With a memory limit (`hpo.app.sweep_memory`): the peak predicted at the study's batch, and
+    # the largest batch that fits; None without one.
+    predicted_peak_mb: float | None = None
+    largest_batch: int | None = None
 
 
 def combinations(space: SearchSpace) -> list[Knobs]:
@@ -104,10 +111,11 @@ def _probe_all(
     with trial_runtime(device):
         references = ReferenceMemory()  # the reference's compared step runs once, not once a combination
         signed = _Signed(machine, workload, configs[0]) if machine is not None else None
+        ceiling = batch_ceiling(space, configs[0])
         for position, index in enumerate(indices):
             config = configs[index]
             try:
-                report(_probe_one(workload, config, device, store, references, signed))
+                report(_probe_one(workload, config, device, store, references, ceiling, signed))
             except Exception as exc:  # noqa: BLE001 - _probe_one re-raises only a sticky device error
                 _log.warning(f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process")
                 report(_error_row(config, exc))
@@ -187,7 +195,13 @@ class _Signed:
 
 
 def _probe_one(
-    workload, config: TrialConfig, device: torch.device, store: VerdictStore, references: ReferenceMemory, signed=None
+    workload,
+    config: TrialConfig,
+    device: torch.device,
+    store: VerdictStore,
+    references: ReferenceMemory,
+    ceiling: int,
+    signed=None,
 ) -> SweepRow:
     key, facts = verdict_key(config, device)
     batch_size = config.training.batch_size
@@ -219,6 +233,7 @@ def _probe_one(
         verdict = cached_verdict(speed)
     step_ms = (speed or {}).get("trial_step_ms")
     ok = verdict.ok
+    fit = memory_fit(workload, config, device, store, key, ceiling) if ok else None
     return SweepRow(
         knobs=config.knobs.as_dict(),
         verdict=str(verdict),
@@ -233,10 +248,14 @@ def _probe_one(
         machine_key=machine_key,
         from_machine=known is not None,
         known_ms=(known or {}).get("raced_ms"),
+        predicted_peak_mb=fit.predicted_peak_mb if fit else None,
+        largest_batch=fit.largest_batch if fit else None,
     )
 
 
 def table(rows: list[SweepRow]) -> str:
+    """The rows for people; the memory columns only when a limit applied to some row."""
+    memory = any(r.largest_batch is not None for r in rows)
     head = [
         "precision",
         "attention",
@@ -246,6 +265,7 @@ def table(rows: list[SweepRow]) -> str:
         "samples/s",
         "x fp32",
         "peak MB",
+        *(["pred MB", "max batch"] if memory else []),
         "loss err",
         "grad err",
         "bound",
@@ -254,6 +274,7 @@ def table(rows: list[SweepRow]) -> str:
     body = [
         [str(r.knobs[k]) for k in KNOB_NAMES]
         + [_fmt(r.samples_per_s, "{:.1f}"), _fmt(r.slowdown, "{:.2f}"), _fmt(r.peak_mem_mb, "{:.0f}")]
+        + ([_fmt(r.predicted_peak_mb, "{:.0f}"), _fmt(r.largest_batch, "{}")] if memory else [])
         + [_fmt(r.loss_rel_err, "{:.1e}"), _fmt(r.grad_rel_err, "{:.1e}"), _fmt(r.grad_bound, "{:.1e}"), r.verdict[:70]]
         for r in rows
     ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
@@ -36,9 +37,19 @@ from hpo.records import RecordKey
 from hpo.trial.outcome import TrialOutcome, ended
 from hpo.trial.run import TrialRun
 from hpo.verdicts import Kind, Verdict
+from hpo.verify.cache import VerdictStore
 from hpo.workloads.base import Workload
 
-__all__ = ["CONFIRMATIONS", "budget_memory", "fit_batches", "measure_peaks", "memory_key", "oom_part"]
+__all__ = [
+    "CONFIRMATIONS",
+    "auto_batch_fitting",
+    "budget_memory",
+    "fit_batches",
+    "fitted_peaks",
+    "measure_peaks",
+    "memory_key",
+    "oom_part",
+]
 
 CONFIRMATIONS = 3
 # The auto batch is chosen to fit 95% of the limit: training's later steps can take a little more
@@ -103,13 +114,27 @@ def _gb(size: float) -> str:
 
 
 def _peak_model(run: TrialRun) -> PeakModel:
-    cached = run.verdicts.get(memory_key(run.key))
+    return fitted_peaks(run.verdicts, run.key, lambda: _model(run), run.workload, run.config)
+
+
+def fitted_peaks(
+    store: VerdictStore, key: str, model: Callable[[], AssembledModel], workload: Workload, config: TrialConfig
+) -> PeakModel:
+    """The peak model of the knob combination whose verdict is at `key`: read from `store`, or
+    fitted to real steps on `model()` (called only then) at `fit_batches(config)` and kept there."""
+    cached = store.get(memory_key(key))
     if cached is not None:
         return PeakModel.from_record(cached)
-    points = measure_peaks(_model(run), run.workload, run.config, fit_batches(run.config))
-    peaks = fit_peaks(points)
-    run.verdicts.add(memory_key(run.key), peaks.record())
+    peaks = fit_peaks(measure_peaks(model(), workload, config, fit_batches(config)))
+    store.add(memory_key(key), peaks.record())
     return peaks
+
+
+def auto_batch_fitting(peaks: PeakModel, limit: int, auto: AutoBatch, ceiling: int | None = None) -> int:
+    """The largest batch up to `ceiling` (default `auto.max`), a multiple of `auto.multiple_of`,
+    that `peaks` predicts fits within AUTO_HEADROOM of `limit`: what `batch_size: auto` tries first."""
+    budget = int(limit * (1 - AUTO_HEADROOM))
+    return peaks.largest_fitting(budget, auto.max if ceiling is None else ceiling, auto.multiple_of)
 
 
 def _model(run: TrialRun) -> AssembledModel:
@@ -174,7 +199,7 @@ def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) 
     ceiling, budget = auto.max, int(limit * (1 - AUTO_HEADROOM))
     chosen = 0
     for _ in range(CONFIRMATIONS):
-        chosen = peaks.largest_fitting(budget, ceiling, auto.multiple_of)
+        chosen = auto_batch_fitting(peaks, limit, auto, ceiling)
         if chosen == 0:
             break
         model = _model(run)

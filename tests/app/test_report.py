@@ -50,9 +50,46 @@ def test_knob_effects_compare_each_value_with_its_baseline_among_comparable_tria
     assert fused.verdicts == {"ok": 2, "incompatible": 1}
     bf16 = effects[("precision", "bf16")]
     assert bf16.compared == 0 and bf16.speed_ratio is None and bf16.verdicts == {"slow": 1}
-    assert "| optimizer | fused | forloop | 1.48x | -0.05 | 2 | ok 2, incompatible 1 |" in markdown_table(
+    assert "| optimizer | fused | forloop | 1.48x | -0.05 | 2 | - | - | ok 2, incompatible 1 |" in markdown_table(
         list(effects.values()), "val_loss"
     )
+
+
+def _memory_trial(peak, batch, chosen=None, **knobs):
+    """A trained trial with what memory_budget and training record: its peak, its config's batch
+    and, under `batch_size: auto`, the batch it chose."""
+    trial = _trial(2.0, 1e-3, 100.0, **knobs)
+    trial.user_attrs["peak_mem_mb"] = peak
+    trial.user_attrs["config"]["params"]["batch_size"] = batch
+    if chosen is not None:
+        trial.user_attrs["batch_size_chosen"] = chosen
+    return trial
+
+
+def test_knob_effects_say_what_memory_each_value_saved_at_the_same_batch_and_the_batch_it_enabled():
+    trials = [
+        # at batch 32: checkpointing peaks 700 and 500 MB against the plain model's median 1000 (900, 1100)
+        _memory_trial(900.0, 32), _memory_trial(1100.0, 32),
+        _memory_trial(700.0, 32, grad_checkpointing=True), _memory_trial(500.0, 32, grad_checkpointing=True),
+        # at batch 64 only checkpointing ran: nothing to compare its peak with
+        _memory_trial(300.0, 64, grad_checkpointing=True),
+        # batch_size: auto, each at its own batch: the batch each value enabled
+        _memory_trial(2000.0, 48, chosen=48, attention="sdpa"), _memory_trial(2000.0, 80, chosen=80, attention="sdpa"),
+        _memory_trial(2000.0, 96, chosen=96, attention="sdpa", grad_checkpointing=True),
+        _memory_trial(2000.0, 128, chosen=128, attention="sdpa", grad_checkpointing=True),
+        _memory_trial(2000.0, 160, chosen=160, attention="sdpa", grad_checkpointing=True),
+    ]  # fmt: skip
+    effects = {(e.knob, e.value): e for e in knob_effects(trials)}
+    checkpointed = effects[("grad_checkpointing", True)]
+    # (1000 - 700, 1000 - 500); the batch-64 trial and the auto ones (no baseline at their batch) are not compared
+    assert checkpointed.memory_saved_mb == pytest.approx(400.0)
+    assert checkpointed.auto_batch == 128  # median of 96, 128, 160
+    plain = effects[("grad_checkpointing", False)]
+    assert plain.memory_saved_mb is None and plain.auto_batch == 64  # the baseline: median of 48, 80
+    assert effects[("attention", "eager")].auto_batch is None  # no eager trial chose its batch
+    table = markdown_table(list(effects.values()), "val_loss")
+    assert "| grad_checkpointing | True | False | 1.00x | +0 | 6 | +400 | 128 | ok 6 |" in table
+    assert "| grad_checkpointing | False | False | baseline | - | 0 | baseline | 64 | ok 4 |" in table
 
 
 def test_report_is_self_contained_and_keeps_rejected_trials_apart(study, tmp_path):

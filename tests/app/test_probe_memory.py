@@ -1,0 +1,108 @@
+"""`hpo probe` with a memory limit: each verified combination's row holds the peak its model
+predicts at the study's batch and the largest batch that fits, from the fit a trial would read
+(kept in the verdict store, read again instead of refitted); without a limit nothing is fitted and
+the columns are absent."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpo.app import sweep_memory
+from hpo.app.output import knob_row_json
+from hpo.app.sweep import sweep, table
+from hpo.config.params import AutoBatch
+from hpo.config.space import parse_space
+from hpo.hardware.memory_model import GB, PeakModel
+from hpo.trial.memory_budget import AUTO_HEADROOM, auto_batch_fitting, memory_key
+from hpo.verify.cache import MemoryVerdicts
+
+MB = 2**20
+CEILING = 32
+SPACE = {
+    "study": {"name": "probe-memory", "pruner": {"name": "none"}, "skip_slow": False},
+    # Eight blocks at sequence length 64: a few MB of activations a sample on the CPU meter, so
+    # the slope stands above its noise.
+    "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2, "seq_len": 64, "n_blocks": 8},
+    "params": {"lr": 1.0e-3, "batch_size": {"low": 8, "high": CEILING, "step": 8}},  # probed at 24
+    "systems": {"precision": "fp32", "attention": "eager", "optimizer": "forloop", "compile_backend": "eager"},
+}
+
+
+def _space(limit_gb: float | None, batch_size=None):
+    study = {**SPACE["study"], "memory_limit_gb": limit_gb}
+    params = {**SPACE["params"], **({"batch_size": batch_size} if batch_size is not None else {})}
+    return parse_space({**SPACE, "study": study, "params": params}, source="test")
+
+
+def _fitted(store: MemoryVerdicts) -> dict[str, PeakModel]:
+    return {k: PeakModel.from_record(r) for k, r in store.records.items() if k.endswith("-memory")}
+
+
+def _refuse_to_fit(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("the peak model was fitted again")
+
+    monkeypatch.setattr("hpo.trial.memory_budget.measure_peaks", refuse)
+
+
+def test_without_a_limit_nothing_is_fitted_and_the_columns_are_absent(monkeypatch):
+    _refuse_to_fit(monkeypatch)
+    store = MemoryVerdicts()
+    (row,) = sweep(_space(None), store)
+    assert row.verdict == "ok"
+    assert row.predicted_peak_mb is None and row.largest_batch is None and not _fitted(store)
+    assert "max batch" not in table([row]) and "pred MB" not in table([row])
+    assert knob_row_json(vars(row))["largest_batch"] is None
+
+
+@pytest.fixture(scope="module")
+def first_sweep():
+    """A limit far above the toy model: every batch of the space fits."""
+    store = MemoryVerdicts()
+    (row,) = sweep(_space(64.0), store)
+    return store, row
+
+
+def test_a_row_holds_the_prediction_at_the_studys_batch_and_the_largest_fitting_batch(first_sweep):
+    store, row = first_sweep
+    assert row.verdict == "ok"
+    ((key, peaks),) = _fitted(store).items()  # one combination, one fit, under its memory key
+    assert key == memory_key(key.removesuffix("-memory")) and store.get(key.removesuffix("-memory"))["verdict"] == "ok"
+    assert peaks.per_sample_bytes > 0, peaks
+    assert row.predicted_peak_mb == pytest.approx(peaks.predict(24) / MB)
+    assert row.largest_batch == peaks.largest_fitting(64 * GB, CEILING) == CEILING
+    lines = table([row]).splitlines()
+    assert "pred MB" in lines[0] and "max batch" in lines[0]
+    assert f"{row.predicted_peak_mb:.0f}" in lines[1].split() and str(CEILING) in lines[1].split()
+    shown = knob_row_json(vars(row))
+    assert shown["predicted_peak_mb"] == row.predicted_peak_mb and shown["largest_batch"] == CEILING
+
+
+def test_a_tighter_limit_reads_the_kept_fit_and_finds_a_smaller_batch(first_sweep, monkeypatch):
+    store, _ = first_sweep
+    ((_, peaks),) = _fitted(store).items()
+    limit_gb = peaks.predict(12.5) / GB  # between batches 12 and 13
+    _refuse_to_fit(monkeypatch)
+    (row,) = sweep(_space(limit_gb), store)
+    assert row.largest_batch == peaks.largest_fitting(int(limit_gb * GB), CEILING) == 12
+    assert row.predicted_peak_mb == pytest.approx(peaks.predict(24) / MB)  # over the limit: a trial at 24 is rejected
+
+
+def test_with_batch_size_auto_the_row_predicts_at_the_batch_a_trial_would_choose(first_sweep, monkeypatch):
+    store, _ = first_sweep
+    ((_, peaks),) = _fitted(store).items()
+    limit_gb = peaks.predict(21.5) / (1 - AUTO_HEADROOM) / GB  # chosen within the headroom: 20, a multiple of 4
+    _refuse_to_fit(monkeypatch)
+    auto = AutoBatch(max=64, multiple_of=4)
+    (row,) = sweep(_space(limit_gb, batch_size={"auto": {"max": 64, "multiple_of": 4}}), store)
+    chosen = auto_batch_fitting(peaks, int(limit_gb * GB), auto)
+    assert chosen == 20
+    assert row.largest_batch == chosen and row.predicted_peak_mb == pytest.approx(peaks.predict(chosen) / MB)
+
+
+def test_the_ceiling_is_the_largest_batch_the_space_can_train_at():
+    config = None  # read only when the space has no batch_size
+    assert sweep_memory.batch_ceiling(_space(1.0), config) == CEILING
+    assert sweep_memory.batch_ceiling(_space(1.0, batch_size=[16, 48, 8]), config) == 48
+    assert sweep_memory.batch_ceiling(_space(1.0, batch_size=40), config) == 40
+    assert sweep_memory.batch_ceiling(_space(1.0, batch_size={"auto": {"max": 96}}), config) == 96
