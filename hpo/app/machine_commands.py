@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from hpo.app.command_io import show, storage_url
 from hpo.app.output import dumps, outcome_json
 from hpo.errors import ExitCode, UserInputError
+from hpo.records import RecordKey
 
 
 def cmd_train(args) -> int:
     from hpo.app.retrain import retrain
 
     config, outcome = retrain(Path(args.config))
+    failure = outcome.attrs.get(RecordKey.ERROR_TRACEBACK)
+    if failure:  # an error, not a verdict on the knobs: where it came from, on stderr
+        print(failure.rstrip(), file=sys.stderr)
     lines = [f"verdict: {outcome.verdict}"]
     lines += [f"{name}: {value:.6g}" for name, value in zip(config.objectives, outcome.values or ())]
     show(args, outcome_json(config, outcome), "\n".join(lines))

@@ -104,7 +104,7 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
     try:
         machine = MachineFacts()
         decided = make_decision(
-            space, sweep(space, StudyVerdicts(study), machine=machine), space.study.keep_fastest, machine=machine
+            space, sweep(space, StudyVerdicts(study), machine=machine, memory=False), space.study.keep_fastest, machine=machine
         )
     except BaseException as exc:  # the waiting workers must learn it, or they would wait forever
         add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})

@@ -73,10 +73,14 @@ def combinations(space: SearchSpace) -> list[Knobs]:
     return [Knobs(**dict(zip(names, values, strict=True))) for values in itertools.product(*space.systems.values())]
 
 
-def sweep(space: SearchSpace, store: VerdictStore, on_row=None, machine: MachineFacts | None = None) -> list[SweepRow]:
+def sweep(
+    space: SearchSpace, store: VerdictStore, on_row=None, machine: MachineFacts | None = None, memory: bool = True
+) -> list[SweepRow]:
     """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last).
     With `machine`, a combination this machine already proved for this model, batch and software
-    is read from it instead of probed, and what is probed is stored there.
+    is read from it instead of probed, and what is probed is stored there. With `memory`, and a
+    limit that applies, each verified row also gets its peak model's prediction (`memory_fit`:
+    three small steps a combination); probe_first's sweep leaves that to the trials that train.
 
     After a sticky device error (a CUDA error leaves the device unusable until the process ends)
     the combination that raised it gets an error row, and the rest are probed in a fresh process,
@@ -86,9 +90,9 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None, machine: Machine
     device = resolve_device(configs[0].device)
     rows: list[SweepRow] = []
     report = (lambda row: (rows.append(row), on_row(row))) if on_row is not None else rows.append
-    remaining = _probe_all(space, configs, store, report, machine=machine)
+    remaining = _probe_all(space, configs, store, report, machine=machine, memory=memory)
     while remaining:
-        remaining = _probe_in_fresh_process(space, configs, store, remaining, report, machine)
+        remaining = _probe_in_fresh_process(space, configs, store, remaining, report, machine, memory)
     # The reference's own step time is known once any other combination was timed against it.
     reference_ms = (store.get(reference_key(configs[0], device)) or {}).get("step_ms")
     by_knobs = {str(config.knobs.as_dict()): config for config in configs}
@@ -100,7 +104,13 @@ def sweep(space: SearchSpace, store: VerdictStore, on_row=None, machine: Machine
 
 
 def _probe_all(
-    space: SearchSpace, configs: list[TrialConfig], store: VerdictStore, report, indices=None, machine: MachineFacts | None = None
+    space: SearchSpace,
+    configs: list[TrialConfig],
+    store: VerdictStore,
+    report,
+    indices=None,
+    machine: MachineFacts | None = None,
+    memory: bool = True,
 ) -> list[int]:
     """Probe `configs` (those at `indices`, default all) in this process, reporting each row.
     Returns the indices left unprobed after a sticky device error (empty when all were probed)."""
@@ -111,7 +121,7 @@ def _probe_all(
     with trial_runtime(device):
         references = ReferenceMemory()  # the reference's compared step runs once, not once a combination
         signed = _Signed(machine, workload, configs[0]) if machine is not None else None
-        ceiling = batch_ceiling(space, configs[0])
+        ceiling = batch_ceiling(space, configs[0]) if memory else None
         for position, index in enumerate(indices):
             config = configs[index]
             try:
@@ -123,12 +133,14 @@ def _probe_all(
     return []
 
 
-def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[int], report, machine=None) -> list[int]:
+def _probe_in_fresh_process(
+    space, configs, store: VerdictStore, indices: list[int], report, machine=None, memory=True
+) -> list[int]:
     """`_probe_all` in a new interpreter (spawned: nothing of this process's device state is
     inherited). Its rows come back through a pipe; returns what it left unprobed in turn."""
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there, machine))
+    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there, machine, memory))
     child.start()
     there.close()
     left = []
@@ -147,9 +159,9 @@ def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[i
     return left
 
 
-def _probe_child(space, configs, address, indices, conn, machine=None) -> None:
+def _probe_child(space, configs, address, indices, conn, machine=None, memory=True) -> None:
     store = MemoryVerdicts() if address is None else _open_store(*address)
-    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices, machine)
+    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices, machine, memory)
     conn.send(("left", left))
     conn.close()
 
@@ -200,7 +212,7 @@ def _probe_one(
     device: torch.device,
     store: VerdictStore,
     references: ReferenceMemory,
-    ceiling: int,
+    ceiling: int | None,
     signed=None,
 ) -> SweepRow:
     key, facts = verdict_key(config, device)
@@ -233,7 +245,7 @@ def _probe_one(
         verdict = cached_verdict(speed)
     step_ms = (speed or {}).get("trial_step_ms")
     ok = verdict.ok
-    fit = memory_fit(workload, config, device, store, key, ceiling) if ok else None
+    fit = memory_fit(workload, config, device, store, key, ceiling) if ok and ceiling is not None else None
     return SweepRow(
         knobs=config.knobs.as_dict(),
         verdict=str(verdict),

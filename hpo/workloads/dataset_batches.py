@@ -61,4 +61,8 @@ def epochs(loader: DataLoader) -> Iterator:
             empty = False
             yield batch
         if empty:
-            raise ValueError(f"the workload's dataset yields no batch of {loader.batch_size} samples: give it more samples")
+            size = len(loader.dataset) if hasattr(loader.dataset, "__len__") else "fewer"
+            raise ValueError(
+                f"the workload's dataset yields no full batch of {loader.batch_size} samples (it has {size}; a partial "
+                "batch is dropped): lower params.batch_size or give the workload more samples"
+            )

@@ -106,3 +106,20 @@ def test_the_ceiling_is_the_largest_batch_the_space_can_train_at():
     assert sweep_memory.batch_ceiling(_space(1.0, batch_size=[16, 48, 8]), config) == 48
     assert sweep_memory.batch_ceiling(_space(1.0, batch_size=40), config) == 40
     assert sweep_memory.batch_ceiling(_space(1.0, batch_size={"auto": {"max": 96}}), config) == 96
+
+
+def test_probe_firsts_sweep_leaves_the_fit_to_the_trials_that_train(monkeypatch, tmp_path):
+    # Under a limit (CUDA always has one) the fit costs three small steps a combination: the opening
+    # sweep of probe_first, whose share of the study is what issue 38 shrinks, does not pay them.
+    import optuna
+
+    from hpo.app import probe_first
+
+    _refuse_to_fit(monkeypatch)
+    store = MemoryVerdicts()
+    (row,) = sweep(_space(64.0), store, memory=False)
+    assert row.verdict == "ok" and row.predicted_peak_mb is None and not _fitted(store)
+    study = optuna.create_study(study_name="pf-memory", storage=f"sqlite:///{tmp_path / 'pf.db'}")
+    monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path / "facts"))
+    decided = probe_first._sweep_and_store(study, _space(64.0), 0, say=lambda line: None)  # refits would raise
+    assert [k["knobs"]["precision"] for k in decided["kept"]] == ["fp32"]
