@@ -155,7 +155,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
     study = create_or_resume(space, f"sqlite:///{tmp_path / 'pf.db'}")
     swept = []
 
-    def fake_sweep(space, store, machine=None):
+    def fake_sweep(space, store, machine=None, memory=True):
         swept.append(1)
         if fail and fail.pop(0):
             raise RuntimeError("device lost")
