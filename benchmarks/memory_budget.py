@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.results import child_env
 
-__all__ = ["half_the_device_gb", "run_memory_bench", "summarize", "table", "train_once"]
+__all__ = ["cell", "half_the_device_gb", "run_memory_bench", "summarize", "table", "train_once"]
 
 KEPT = (
     "batch_size_chosen",
@@ -140,12 +140,14 @@ def summarize(rows: dict) -> dict:
     }
 
 
+def cell(value, fmt: str = "{}") -> str:
+    """A table cell: empty where nothing was measured."""
+    return "" if value is None else fmt.format(value)
+
+
 def table(result: dict) -> str:
     """A markdown table of the rows."""
     head = "| run | verdict | batch | predicted peak MB | measured peak MB | error | samples/s |\n|---|---|---|---|---|---|---|\n"
-
-    def cell(value, fmt="{}"):
-        return "" if value is None else fmt.format(value)
 
     lines = [
         f"| {name} | {r['verdict'][:70]} | {cell(r.get('batch_size_chosen') or r['batch_size'])} | "

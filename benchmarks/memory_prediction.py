@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.memory_budget import train_once
+from benchmarks.memory_budget import cell, train_once
 
 __all__ = ["VARIANTS", "run_prediction_table", "table"]
 
@@ -79,9 +79,6 @@ def run_prediction_table(
 
 
 def table(result: dict) -> str:
-    def cell(value, fmt="{}"):
-        return "" if value is None else fmt.format(value)
-
     lines = [
         "| model | variant | verdict | predicted MB | measured MB | error | step MB | step error |",
         "|---|---|---|---|---|---|---|---|",
