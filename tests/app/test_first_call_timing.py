@@ -76,7 +76,13 @@ def test_a_kernel_slow_on_every_call_is_still_proven_slow(monkeypatch):
     # let a quieter moment here and a busier one there bring the ratio under 5.)
     monkeypatch.setattr(first_call_kernels, "SLOW_S", 0.2 / N_BLOCKS)
     as_sdpa_math(monkeypatch, "slow_sdpa")
-    result = run_probe(workload, config, CPU)
+    # A reference whose own repeats spread past the proof's rule is, by design, too noisy to judge
+    # against (`slow_not_judged`); on a busy 2-core CI host that happened once in three runs. The
+    # proof is asked again then, at most twice: a kernel that is never proven slow still fails here.
+    for _ in range(3):
+        result = run_probe(workload, config, CPU)
+        if not (result.slow is None and "reference spread" in (result.slow_not_judged or "")):
+            break
     assert result.ok and result.slow is not None, (
         result.slowdown,
         result.reference_step_ms,
