@@ -59,8 +59,12 @@ def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_rank
     decided = make_decision(space, contenders, keep=1)
     ranking = {line["knobs"]["attention"]: line for line in decided["ranking"]}
     first_call, eager = ranking["sdpa_math"], ranking["eager"]
-    raced_out = any(d["knobs"]["attention"] == "sdpa_math" for d in decided["dropped"])  # provably slower: timed less
-    assert planned and (raced_out or len(first_call["times_ms"]) == REPEATS), (rows, decided["ranking"])  # the raw repeats
+    # With keep=1 the race ends at the first drop, whichever of the two it is (provably slower: timed
+    # less; the other is decided on the rounds run so far, as a CI run saw with eager dropped after
+    # round 1 and sdpa_math kept on 1 timing); with no drop, every round ran.
+    dropped = [d for d in decided["dropped"] if d["round"] < REPEATS]
+    rounds = dropped[0]["round"] if dropped else REPEATS
+    assert planned and len(first_call["times_ms"]) == rounds, (rows, decided["ranking"], decided["dropped"])  # the raw repeats
     assert max(first_call["times_ms"]) < 1000 * FIRST_CALL_S  # the plan's cost is in none of them
     assert eager["step_ms"] and first_call["step_ms"] < 1000 * FIRST_CALL_S, decided["ranking"]  # ranked on its own speed
 
