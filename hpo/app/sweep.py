@@ -38,6 +38,7 @@ from hpo.verify.known_failures import is_sticky_device_error
 from hpo.verify.machine_facts import MachineFacts, batch_signature, model_signature
 from hpo.verify.probe import keep_probe, run_probe
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy
 from hpo.workloads.catalog import create_workload
 
 _log = get_logger(__name__)
@@ -62,10 +63,22 @@ class SweepRow:
     machine_key: str | None = None
     from_machine: bool = False
     known_ms: list[float] | None = None
+    # The timed steps its speed is the fastest of (after the untimed ones; `hpo.verify.steady`).
+    steps_ms: list[float] | None = None
     # With a memory limit (`hpo.app.sweep_memory`): the peak predicted at the study's batch, and
     # the largest batch that fits; None without one.
     predicted_peak_mb: float | None = None
     largest_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """How a sweep probes: with this machine's facts or not (`machine`), fitting memory or not
+    (`memory`), and the timing policy of each combination's steps (`policy`)."""
+
+    machine: MachineFacts | None = None
+    memory: bool = True
+    policy: TimingPolicy = DEFAULT_POLICY
 
 
 def combinations(space: SearchSpace) -> list[Knobs]:
@@ -74,13 +87,19 @@ def combinations(space: SearchSpace) -> list[Knobs]:
 
 
 def sweep(
-    space: SearchSpace, store: VerdictStore, on_row=None, machine: MachineFacts | None = None, memory: bool = True
+    space: SearchSpace,
+    store: VerdictStore,
+    on_row=None,
+    machine: MachineFacts | None = None,
+    memory: bool = True,
+    policy: TimingPolicy = DEFAULT_POLICY,
 ) -> list[SweepRow]:
     """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last).
     With `machine`, a combination this machine already proved for this model, batch and software
     is read from it instead of probed, and what is probed is stored there. With `memory`, and a
     limit that applies, each verified row also gets its peak model's prediction (`memory_fit`:
     three small steps a combination); probe_first's sweep leaves that to the trials that train.
+    `policy` times each combination (probe_first's: `ONE_STEP`, its race times again what could win).
 
     After a sticky device error (a CUDA error leaves the device unusable until the process ends)
     the combination that raised it gets an error row, and the rest are probed in a fresh process,
@@ -90,9 +109,10 @@ def sweep(
     device = resolve_device(configs[0].device)
     rows: list[SweepRow] = []
     report = (lambda row: (rows.append(row), on_row(row))) if on_row is not None else rows.append
-    remaining = _probe_all(space, configs, store, report, machine=machine, memory=memory)
+    how = _Settings(machine, memory, policy)
+    remaining = _probe_all(space, configs, store, report, how=how)
     while remaining:
-        remaining = _probe_in_fresh_process(space, configs, store, remaining, report, machine, memory)
+        remaining = _probe_in_fresh_process(space, configs, store, remaining, report, how)
     # The reference's own step time is known once any other combination was timed against it.
     reference_ms = (store.get(reference_key(configs[0], device)) or {}).get("step_ms")
     by_knobs = {str(config.knobs.as_dict()): config for config in configs}
@@ -109,23 +129,23 @@ def _probe_all(
     store: VerdictStore,
     report,
     indices=None,
-    machine: MachineFacts | None = None,
-    memory: bool = True,
+    how: _Settings | None = None,
 ) -> list[int]:
     """Probe `configs` (those at `indices`, default all) in this process, reporting each row.
     Returns the indices left unprobed after a sticky device error (empty when all were probed)."""
     indices = list(range(len(configs))) if indices is None else indices
+    how = how or _Settings()
     device = resolve_device(configs[0].device)
     workload = create_workload(configs[0].workload, configs[0].workload_options)
     workload.bind_training(configs[0].training.params())
     with trial_runtime(device):
         references = ReferenceMemory()  # the reference's compared step runs once, not once a combination
-        signed = _Signed(machine, workload, configs[0]) if machine is not None else None
-        ceiling = batch_ceiling(space, configs[0]) if memory else None
+        signed = _Signed(how.machine, workload, configs[0]) if how.machine is not None else None
+        ceiling = batch_ceiling(space, configs[0]) if how.memory else None
         for position, index in enumerate(indices):
             config = configs[index]
             try:
-                report(_probe_one(workload, config, device, store, references, ceiling, signed))
+                report(_probe_one(workload, config, device, store, references, ceiling, signed, how.policy))
             except Exception as exc:  # noqa: BLE001 - _probe_one re-raises only a sticky device error
                 _log.warning(f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process")
                 report(_error_row(config, exc))
@@ -133,14 +153,12 @@ def _probe_all(
     return []
 
 
-def _probe_in_fresh_process(
-    space, configs, store: VerdictStore, indices: list[int], report, machine=None, memory=True
-) -> list[int]:
+def _probe_in_fresh_process(space, configs, store: VerdictStore, indices: list[int], report, how: _Settings) -> list[int]:
     """`_probe_all` in a new interpreter (spawned: nothing of this process's device state is
     inherited). Its rows come back through a pipe; returns what it left unprobed in turn."""
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there, machine, memory))
+    child = context.Process(target=_probe_child, args=(space, configs, _store_address(store), indices, there, how))
     child.start()
     there.close()
     left = []
@@ -159,9 +177,9 @@ def _probe_in_fresh_process(
     return left
 
 
-def _probe_child(space, configs, address, indices, conn, machine=None, memory=True) -> None:
+def _probe_child(space, configs, address, indices, conn, how: _Settings) -> None:
     store = MemoryVerdicts() if address is None else _open_store(*address)
-    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices, machine, memory)
+    left = _probe_all(space, configs, store, lambda row: conn.send(("row", dataclasses.asdict(row))), indices, how)
     conn.send(("left", left))
     conn.close()
 
@@ -214,6 +232,7 @@ def _probe_one(
     references: ReferenceMemory,
     ceiling: int | None,
     signed=None,
+    policy: TimingPolicy = DEFAULT_POLICY,
 ) -> SweepRow:
     key, facts = verdict_key(config, device)
     batch_size = config.training.batch_size
@@ -231,7 +250,7 @@ def _probe_one(
         return SweepRow(config.knobs.as_dict(), str(implied), None, None, None, None, None, cached=True)
     if not cached:
         try:
-            probe = run_probe(workload, config, device, store, references=references)
+            probe = run_probe(workload, config, device, store, references=references, policy=policy)
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise
@@ -260,6 +279,7 @@ def _probe_one(
         machine_key=machine_key,
         from_machine=known is not None,
         known_ms=(known or {}).get("raced_ms"),
+        steps_ms=(speed or {}).get("trial_steps_ms") if ok else None,
         predicted_peak_mb=fit.predicted_peak_mb if fit else None,
         largest_batch=fit.largest_batch if fit else None,
     )

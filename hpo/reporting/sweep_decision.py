@@ -13,10 +13,7 @@ def decision_note(decided: dict) -> str:
     """The study's note: the sweep's table, the ranking it was decided from, and what was kept."""
     lines = ["## Knobs decided by the opening sweep (study.strategy: probe_first)", "", "```", decided["table"], "```", ""]
     lines += [
-        f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
-        f"timed again, raced: up to {decided['repeats']} rounds interleaved across them, each dropping those that "
-        f"could no longer be among the kept; {_each(decided)} "
-        f"({decided.get('timed_again_s', 0):.1f} s); the others keep the sweep's timing. Combinations within the repeats' spread (at least 5%) "
+        _how_raced(decided) + " Combinations within the repeats' spread (at least 5%) "
         "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
         "",
         "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | repeats ms | kept |",
@@ -30,7 +27,7 @@ def decision_note(decided: dict) -> str:
             f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
         )
     if decided.get("dropped"):
-        lines += ["", f"Left the race (round 0: by the sweep's own timing; tie margin {decided.get('tie_margin', 0.05):.0%}):"]
+        lines += ["", f"Left the race (after N timings; tie margin {decided.get('tie_margin', 0.05):.0%}):"]
         lines += [f"- {_dropped(d)}" for d in decided["dropped"]]
     if decided["rejected"]:
         lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
@@ -39,7 +36,26 @@ def decision_note(decided: dict) -> str:
 
 def _dropped(dropped: dict) -> str:
     k = dropped["knobs"]
-    return f"{k['precision']} {k['attention']} {k['optimizer']}: round {dropped['round']}: {dropped['reason']}"
+    return f"{k['precision']} {k['attention']} {k['optimizer']}: after {dropped['round']}: {dropped['reason']}"
+
+
+def _how_raced(decided: dict) -> str:
+    if "repeats" in decided:  # a decision stored before the race started from the sweep's own timing
+        return (
+            f"Verified combinations within {decided.get('window', 3.0)}x of their precision's fastest in the sweep were "
+            f"timed again, raced: up to {decided['repeats']} rounds interleaved across them, each dropping those that "
+            f"could no longer be among the kept; {_each(decided)} ({decided.get('timed_again_s', 0):.1f} s); the others "
+            "keep the sweep's timing."
+        )
+    timing = decided["timing"]
+    return (
+        "The sweep timed each verified combination with one step (after an untimed one). The race then timed "
+        f"again, one step a round interleaved across them, only those that could still be among the "
+        f"{decided['keep_fastest']} fastest of their precision, dropping the others, until those left were steady: "
+        f"at least {timing['min_repeats']} steps whose fastest {timing['window']} agree within "
+        f"{timing['steady_spread']:.0%}, at most {timing['max_repeats']} or {timing['max_timed_s']:g} s of steps "
+        f"({decided.get('timings', 0)} timings, {decided.get('timed_again_s', 0):.1f} s)."
+    )
 
 
 def _each(decided: dict) -> str:

@@ -15,6 +15,7 @@ import optuna
 
 from hpo.logging import get_logger
 from hpo.reporting.progress import MODE_ENV, make_display, set_sink
+from hpo.reporting.sweep_decision import KEPT_ATTR
 from hpo.runtime.budget import ClaimKeeper, has_running, recover, require_budget
 from hpo.runtime.child import die_with_parent
 from hpo.runtime.child_trials import ChildTrials
@@ -123,6 +124,10 @@ def _claim_and_run(study: optuna.Study, tickets, run_one, timeout: float | None)
             with ClaimKeeper(study, tickets, serial) as keeper:
                 run_one(serial, keeper)
             ran += 1
+            if ran == 1 and KEPT_ATTR in study.user_attrs:
+                # probe_first's decision heads the study note: shown after this worker's first trial,
+                # not written by the sweep, which would pay optuna_dashboard's import before any trial.
+                run_one.update_study_note()
         elif has_running(study) or tickets.pending():
             time.sleep(pause)
         else:

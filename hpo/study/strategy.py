@@ -20,6 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.steady import DEFAULT_POLICY, StepTimes
 
 __all__ = [
     "FAILED_ATTR",
@@ -59,8 +60,10 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """The repeats' relative range: how far apart this machine measured the same thing."""
-        return (max(self.times_ms) - min(self.times_ms)) / self.median_ms
+        """How far apart this machine measured the same thing: the relative range of the fastest
+        `DEFAULT_POLICY.window` repeats (noise only adds time: a slower repeat is the noise, not the
+        spread of the speed), as a steady timing's (`hpo.verify.steady.StepTimes.spread`)."""
+        return StepTimes(self.times_ms, 0, DEFAULT_POLICY.window).spread
 
     @property
     def distance(self) -> int:
@@ -94,19 +97,23 @@ def rank_precision(timings: list[Timing], floor: float = NOISE_FLOOR) -> list[Ra
     return ranked
 
 
-def outpaced(times: dict[str, tuple[float, ...]], keep: int, single_noise: float, margin: float = TIE_MARGIN) -> dict[str, str]:
+def outpaced(times: dict[str, tuple[float, ...]], keep: int, margin: float = TIE_MARGIN) -> dict[str, str]:
     """Racing: the candidates of one precision that can no longer be among its `keep` fastest, each
     with why. Noise only adds time, so a candidate's fastest repeat bounds its step time from above;
-    from below, that fastest less the noise its repeats showed (`single_noise` while it has one
-    timing, at least `margin`). A candidate whose lower bound is more than `margin` over the
-    `keep`-th best upper bound is provably behind by more than a tie."""
+    from below, that fastest less the noise its repeats showed (`Timing.spread`, at least `margin`). A candidate whose
+    lower bound is more than `margin` over the `keep`-th best upper bound is provably behind by more
+    than a tie. A candidate timed once is never dropped: one step shows no noise, and single steps
+    were seen 7.8x their model's speed (the quickstart's reference on a 2-core host, 233 ms against
+    30, its untimed step already run)."""
     uppers = sorted(min(t) for t in times.values())
     if len(uppers) <= keep:
         return {}
     bar = uppers[keep - 1]
     dropped = {}
     for key, repeats in times.items():
-        noise = max(margin, single_noise if len(repeats) == 1 else (max(repeats) - min(repeats)) / min(repeats))
+        if len(repeats) < 2:
+            continue
+        noise = max(margin, Timing({}, repeats).spread)
         lower = min(repeats) / (1 + noise)
         if lower > bar * (1 + margin):
             dropped[key] = (

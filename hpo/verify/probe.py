@@ -53,7 +53,7 @@ from hpo.verify.reference import time_reference
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.verify.slow_proof import prove_slow
-from hpo.verify.steady import time_model
+from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy, time_model
 from hpo.workloads.base import Batch, Workload
 
 # keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
@@ -74,12 +74,15 @@ def run_probe(
     keep_model: bool = False,
     timed: bool = True,
     references: KeptReferences | None = None,
+    policy: TimingPolicy = DEFAULT_POLICY,
 ) -> ProbeResult:
     """Probe the trial's knobs. `store` keeps the reference's step time between probes;
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
     `timed` also times the trial's steps for its slowdown and `slow` verdict (`hpo probe`, which
     trains nothing); untimed, only the reference's step time is measured, if no store has it.
     `references` keeps the reference's compared step for the next probe of the same model.
+    `policy` times the trial's steps (probe_first's sweep takes one, `ONE_STEP`); a `slow` verdict is
+    only ever given by the steady proof (`hpo.verify.slow_proof`), whatever `policy` is.
 
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
@@ -122,8 +125,12 @@ def run_probe(
                 result, reference, batch, compared_growth, workload.samples_in(compared), config, store
             )
         result.reference_step_ms = reference_ms
-        if timed and reference_ms is not None:
-            _time_trial(result, trial, steps, batch, config, reference_ms)
+        if timed and reference_ms is not None and config.knobs == REFERENCE_KNOBS:
+            # The reference itself: timing it against itself would only measure noise.
+            reference_steps = (store.get(reference_key(config, device)) or {}).get("timed_steps_ms")
+            result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
+        elif timed and reference_ms is not None:
+            _time_trial(result, trial, steps, batch, config, reference_ms, policy)
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
     if keep_model and result.ok and trial is not None:
@@ -196,14 +203,16 @@ def _compared_batch(workload: Workload, config: TrialConfig, batch: Batch, sampl
 
 
 def _time_trial(
-    result: ProbeResult, trial: AssembledModel, steps: ComparedSteps, batch: Batch, config: TrialConfig, reference_ms: float
+    result: ProbeResult,
+    trial: AssembledModel,
+    steps: ComparedSteps,
+    batch: Batch,
+    config: TrialConfig,
+    reference_ms: float,
+    policy: TimingPolicy,
 ) -> None:
-    if config.knobs == REFERENCE_KNOBS:
-        result.slowdown = 1.0  # the reference itself: timing it against itself would only measure noise
-        result.trial_step_ms = reference_ms
-        return
     limit = SlowLimit(reference_ms, config.slow_ratio, config.training.batch_size)
-    timed = time_model(trial, batch)
+    timed = time_model(trial, batch, policy)
     result.trial_step_ms, result.trial_steps_ms = timed.best_ms, list(timed.times_ms)
     result.slowdown = limit.slowdown(result.trial_step_ms)
     if config.skip_slow and limit.verdict(config.knobs, result.trial_step_ms) is not None:

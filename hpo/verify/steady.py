@@ -34,7 +34,7 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.hardware.runtime import synchronize
 from hpo.workloads.base import Batch
 
-__all__ = ["DEFAULT_POLICY", "StepTimes", "TimingPolicy", "time_model", "time_steps", "timed_step"]
+__all__ = ["DEFAULT_POLICY", "ONE_STEP", "StepTimes", "TimingPolicy", "time_model", "time_steps", "timed_step"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +61,19 @@ class TimingPolicy:
     def record(self) -> dict:
         return asdict(self)
 
+    def settled(self, times_ms: tuple[float, ...] | list[float]) -> bool:
+        """Whether these timed steps are enough under this policy: the cap reached (`max_repeats`
+        steps, or `max_timed_s` of them), or at least `min_repeats` whose fastest `window` agree
+        within `steady_spread`."""
+        if not times_ms:
+            return False
+        timed = StepTimes(tuple(times_ms), self.warmup_steps, self.window)
+        return (
+            len(times_ms) >= self.max_repeats
+            or sum(times_ms) >= 1000 * self.max_timed_s
+            or (len(times_ms) >= self.min_repeats and timed.spread <= self.steady_spread)
+        )
+
     def timed_only(self) -> TimingPolicy:
         """This policy without its untimed steps: for a model already stepped at the timed shape
         (a later round of interleaved or repeated timings)."""
@@ -68,6 +81,12 @@ class TimingPolicy:
 
 
 DEFAULT_POLICY = TimingPolicy()
+# One untimed step, then one timed: a first look, not a steady timing. probe_first's sweep times each
+# combination so, and its race repeats only those that could still win until they are steady under
+# DEFAULT_POLICY (`hpo.app.probe_first`). A single step is an upper bound of the step time (noise
+# only adds time), so it can clear a combination of `slow`, never convict it: that is the steady
+# proof's (`hpo.verify.slow_proof`).
+ONE_STEP = TimingPolicy(min_repeats=1, max_repeats=1, window=1)
 
 
 @dataclass(frozen=True)
@@ -107,11 +126,10 @@ def time_steps(step: Callable[[], None], device: torch.device, policy: TimingPol
         step()
         synchronize(device)
         times.append(1000 * (time.perf_counter() - start))
-        timed = StepTimes(tuple(times), policy.warmup_steps, policy.window)
         # Past max_timed_s, even short of min_repeats: a step that slow is not made faster by
         # repeating it (noise only adds time), and on a CPU that emulates bf16 (15-40x slower)
         # three repeats per timing made one slow proof cost minutes.
-        if sum(times) >= 1000 * policy.max_timed_s or (len(times) >= policy.min_repeats and timed.spread <= policy.steady_spread):
+        if policy.settled(times):
             break
     return StepTimes(tuple(times), policy.warmup_steps, policy.window)
 

@@ -7,20 +7,19 @@ still proven slow."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import first_call_kernels
 import pytest
 import torch
 from conftest import toy_config
 from first_call_kernels import FIRST_CALL_S, as_sdpa_math, planned
 
-from hpo.app.probe_first import REPEATS, make_decision
+from hpo.app.probe_first import make_decision
 from hpo.app.sweep import sweep
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.probe import run_probe
+from hpo.verify.steady import DEFAULT_POLICY, ONE_STEP
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -35,11 +34,12 @@ SPACE = {
 
 
 @pytest.mark.slow
-def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_ranked_down(monkeypatch):
+@pytest.mark.parametrize("policy", [DEFAULT_POLICY, ONE_STEP], ids=["hpo-probe", "probe-first-sweep"])
+def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_ranked_down(monkeypatch, policy):
     as_sdpa_math(monkeypatch, "plan_building_sdpa")
     planned.clear()
     space, store = parse_space(SPACE, source="test"), MemoryVerdicts()
-    rows = {r.knobs["attention"]: r for r in sweep(space, store)}
+    rows = {r.knobs["attention"]: r for r in sweep(space, store, policy=policy)}
     assert planned  # the kernel ran, and paid its first call per shape
     assert rows["sdpa_math"].verdict == "ok" and rows["eager"].verdict == "ok"  # never slow
     # A timed step that met the first call lasts at least FIRST_CALL_S (a sleep, which no load
@@ -50,21 +50,16 @@ def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_rank
     assert rows["sdpa_math"].samples_per_s > 2 * batch_size / FIRST_CALL_S, rows
     timed = [fact["trial_steps_ms"] for fact in store.records.values() if fact.get("trial_steps_ms")]
     assert timed and max(max(steps) for steps in timed) < 1000 * FIRST_CALL_S  # the first call was never timed
-    planned.clear()  # probe_first's re-timing meets the first call again
-    # Both kernels are re-timed when their sweep rows are within probe_first's WINDOW, as they are
-    # on a quiet machine (the kernel is SDPA's math one, no slower than eager here); a busy one can
-    # split rows timed seconds apart by more, and then nothing is re-timed: the re-timing is what
-    # this half proves, so it starts from the rows a quiet machine gives.
-    contenders = [dataclasses.replace(row, samples_per_s=rows["eager"].samples_per_s) for row in rows.values()]
-    decided = make_decision(space, contenders, keep=1)
+    planned.clear()  # probe_first's race meets the first call again, in models of its own
+    decided = make_decision(space, list(rows.values()), keep=1)
     ranking = {line["knobs"]["attention"]: line for line in decided["ranking"]}
     first_call, eager = ranking["sdpa_math"], ranking["eager"]
-    # With keep=1 the race ends at the first drop, whichever of the two it is (provably slower: timed
-    # less; the other is decided on the rounds run so far, as a CI run saw with eager dropped after
-    # round 1 and sdpa_math kept on 1 timing); with no drop, every round ran.
-    dropped = [d for d in decided["dropped"] if d["round"] < REPEATS]
-    rounds = dropped[0]["round"] if dropped else REPEATS
-    assert planned and len(first_call["times_ms"]) == rounds, (rows, decided["ranking"], decided["dropped"])  # the raw repeats
+    if policy is ONE_STEP:
+        # The race starts from the sweep's one timing and times each candidate at least once more:
+        # one timing never drops a candidate, and a precision is decided only on steady timings.
+        assert planned and len(first_call["times_ms"]) >= 2, (decided["ranking"], decided["dropped"])  # the raw repeats
+    else:  # `hpo probe`'s sweep timed each until steady: the race decides on those, timing nothing
+        assert decided["timings"] == 0 and not planned, decided
     assert max(first_call["times_ms"]) < 1000 * FIRST_CALL_S  # the plan's cost is in none of them
     assert eager["step_ms"] and first_call["step_ms"] < 1000 * FIRST_CALL_S, decided["ranking"]  # ranked on its own speed
 

@@ -100,9 +100,10 @@ def test_two_workers_on_postgres_run_the_sweep_once(postgres_url, tmp_path):
     assert study.user_attrs[f"{LOCK_ATTR}:0"]["pid"] in {w.pid for w in workers}
 
 
-def test_the_re_timing_warms_each_model_up_in_its_first_round_only(monkeypatch):
-    """probe_first keeps one model per candidate for all its rounds: only the first round runs the
-    untimed steps; later rounds only time (each untimed step of a MiniLM on one core cost 1.1 s)."""
+def test_the_race_warms_each_model_up_on_its_first_timing_only(monkeypatch):
+    """probe_first's race keeps one model per candidate for all its rounds: only its first timing
+    runs an untimed step; later ones only time (each untimed step of a MiniLM on one core cost 1.1 s).
+    Equal times: both race until steady (`min_repeats` timings), neither is dropped."""
     from hpo.app import probe_first
     from hpo.verify.steady import StepTimes
 
@@ -110,12 +111,13 @@ def test_the_re_timing_warms_each_model_up_in_its_first_round_only(monkeypatch):
 
     def recording(assembled, batch, policy):
         warmups.setdefault(assembled.knobs.optimizer, []).append(policy.warmup_steps)
-        return StepTimes((1.0,) * policy.window, policy.warmup_steps, policy.window)
+        return StepTimes((1.0,) * policy.min_repeats, policy.warmup_steps, policy.window)
 
     monkeypatch.setattr(probe_first, "time_model", recording)
     space = parse_space(SPACE, source="test")
     fixed = {"precision": "fp32", "attention": "eager", "grad_checkpointing": False, "compile": False}
     candidates = [{**fixed, "optimizer": o} for o in ("forloop", "fused")]
     times = probe_first.raced_times(space, {"fp32": candidates}, keep=1).times  # equal times: both race to the end
-    assert all(len(t) == probe_first.REPEATS for t in times.values())
-    assert warmups == {o: [1] + [0] * (probe_first.REPEATS - 1) for o in ("forloop", "fused")}, warmups
+    rounds = probe_first.POLICY.min_repeats
+    assert all(len(t) == rounds for t in times.values())
+    assert warmups == {o: [1] + [0] * (rounds - 1) for o in ("forloop", "fused")}, warmups

@@ -96,35 +96,26 @@ def test_decision_keeps_k_per_precision_from_interleaved_repeats(monkeypatch):
     # Interleaved: every round times every candidate still racing once before the next round starts.
     rounds = [r for r, *_ in seen]
     assert rounds == sorted(rounds)
-    # Raced: eager/forloop (10 ms) is out after one timing, sdpa/forloop (8 ms, 14% behind the 2nd
-    # fastest) after two; bf16's two verified ones are both kept (keep=2): neither is timed.
-    counts = {(a, o): sum(s[2:] == (a, o) for s in seen) for a in ("eager", "sdpa") for o in ("forloop", "fused")}
-    assert counts == {("eager", "forloop"): 1, ("eager", "fused"): 2, ("sdpa", "forloop"): 2, ("sdpa", "fused"): 2}
-    assert {s[1] for s in seen} == {"fp32"}
-    assert [(d["knobs"]["attention"], d["knobs"]["optimizer"], d["round"]) for d in decided["dropped"]] == [
-        ("eager", "forloop", 1),
+    # Raced (no sweep timings here): fp32 eager/forloop (10 ms) and sdpa/forloop (8 ms, 14% behind the
+    # 2nd fastest) are out at their second timing, not at their first (one timing shows no noise); the
+    # kept ones, bf16's two included (keep=2: both kept), are timed until steady.
+    counts = {(p, a, o): sum(s[1:] == (p, a, o) for s in seen) for p, a, o in {tuple(s[1:]) for s in seen}}
+    steady = probe_first.POLICY.min_repeats
+    assert counts == {
+        ("fp32", "eager", "forloop"): 2,
+        ("fp32", "sdpa", "forloop"): 2,
+        ("fp32", "eager", "fused"): steady,
+        ("fp32", "sdpa", "fused"): steady,
+        ("bf16", "sdpa", "forloop"): steady,
+        ("bf16", "sdpa", "fused"): steady,
+    }
+    assert sorted((d["knobs"]["attention"], d["knobs"]["optimizer"], d["round"]) for d in decided["dropped"]) == [
+        ("eager", "forloop", 2),
         ("sdpa", "forloop", 2),
     ]
     assert decided["rejected"] == []  # bf16 has verified combinations; eager was only slow with bf16
     note = decision_note(decided)
     assert "fp32       sdpa" in note and "the simpler ranks first" in note and "| bf16 | 1 | sdpa | forloop |" in note
-
-
-def test_only_combinations_near_the_sweeps_fastest_are_timed_again():
-    rows = [SweepRow(_knobs(attention=a), "ok", sps, 1.0, 1.0, 0.0, 0.0, False) for a, sps in (("eager", 100.0), ("sdpa", 25.0))]
-    rows.append(SweepRow(_knobs(optimizer="fused"), "ok", 90.0, 1.0, 1.0, 0.0, 0.0, False))
-    timed = []
-    decided = probe_first.make_decision(
-        parse_space(SPACE, source="t"), rows, keep=1, measure=lambda c, r: timed.append(c.knobs) or 60.0
-    )
-    assert {(k.attention, k.optimizer) for k in timed} == {("eager", "forloop"), ("eager", "fused")}  # sdpa: 4x slower
-    assert len(timed) == 2 * probe_first.REPEATS  # tied: both raced to the last round
-    assert [(d["knobs"]["attention"], d["round"]) for d in decided["dropped"]] == [("sdpa", 0)]
-    assert [(r["knobs"]["attention"], r["step_ms"]) for r in decided["ranking"]] == [
-        ("eager", 60.0),
-        ("eager", 60.0),
-        ("sdpa", 320.0),
-    ]
 
 
 def test_rejected_values_each_get_a_line_saying_why():
@@ -155,7 +146,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
     study = create_or_resume(space, f"sqlite:///{tmp_path / 'pf.db'}")
     swept = []
 
-    def fake_sweep(space, store, machine=None, memory=True):
+    def fake_sweep(space, store, machine=None, memory=True, policy=None):
         swept.append(1)
         if fail and fail.pop(0):
             raise RuntimeError("device lost")
@@ -167,7 +158,6 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
         "make_decision",
         lambda space, rows, keep, machine=None: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []},
     )
-    monkeypatch.setattr(probe_first, "_save_note", lambda study: None)
     monkeypatch.setattr(probe_first, "decision_note", lambda decided: "decided")
     return study, space, swept
 
