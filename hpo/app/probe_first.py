@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 import optuna
 
 from hpo.app.sweep import SweepRow, sweep, table
+from hpo.app.sweep_models import WarmModels, knobs_key
 from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
-from hpo.knobs.registry import KNOB_NAMES
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import add_study_user_attr
 from hpo.study.strategy import FAILED_ATTR, LOCK_ATTR, TIE_MARGIN, Timing, kept_of, outpaced, rank_precision, rejected_lines
@@ -98,8 +98,12 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
     try:
         machine = MachineFacts()
         started = time.perf_counter()
-        rows = sweep(space, StudyVerdicts(study), machine=machine, memory=False, policy=ONE_STEP)
-        decided = {**make_decision(space, rows, space.study.keep_fastest, machine=machine)}
+        warm = WarmModels()
+        try:
+            rows = sweep(space, StudyVerdicts(study), machine=machine, memory=False, policy=ONE_STEP, warm=warm)
+            decided = {**make_decision(space, rows, space.study.keep_fastest, machine=machine, warm=warm)}
+        finally:
+            warm.clear()  # nothing of the sweep stays on the device for the trials
         decided["sweep_s"] = time.perf_counter() - started
     except BaseException as exc:  # the waiting workers must learn it, or they would wait forever
         add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})
@@ -111,27 +115,34 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
     return decided
 
 
-def make_decision(space: SearchSpace, rows: list[SweepRow], keep: int, measure=None, machine: MachineFacts | None = None) -> dict:
+def make_decision(
+    space: SearchSpace,
+    rows: list[SweepRow],
+    keep: int,
+    measure=None,
+    machine: MachineFacts | None = None,
+    warm: WarmModels | None = None,
+) -> dict:
     """Rank the verified rows per precision on raced timings; keep `keep` of each. The race starts
     from each row's own timing in the sweep (`SweepRow.steps_ms`) and times again only what could
     still be among the kept (`raced_times`). Rows this machine already raced (`known_ms`) are
     confirmed by one timing of their precision's front runners instead; with `machine`, each row's
-    raced times are stored for the next study."""
+    raced times are stored for the next study. `warm` holds the sweep's timed models for the race."""
     by_precision: dict[str, list[SweepRow]] = {}
     for row in rows:
         if row.verdict == "ok":
             by_precision.setdefault(row.knobs["precision"], []).append(row)
     started = time.perf_counter()
     groups = {p: [r.knobs for r in group] for p, group in sorted(by_precision.items())}
-    prior = {_key(r.knobs): tuple(r.known_ms) for r in rows if r.known_ms}
-    first = {_key(r.knobs): tuple(r.steps_ms) for r in rows if r.steps_ms}
-    race = raced_times(space, groups, keep, measure, prior, first)
+    prior = {knobs_key(r.knobs): tuple(r.known_ms) for r in rows if r.known_ms}
+    first = {knobs_key(r.knobs): tuple(r.steps_ms) for r in rows if r.steps_ms}
+    race = raced_times(space, groups, keep, measure, prior, first, warm)
     if machine is not None:
         for row in rows:
-            if row.machine_key and _key(row.knobs) in race.times:
-                machine.update(row.machine_key, raced_ms=list(race.times[_key(row.knobs)]))
+            if row.machine_key and knobs_key(row.knobs) in race.times:
+                machine.update(row.machine_key, raced_ms=list(race.times[knobs_key(row.knobs)]))
     ranked = {
-        precision: rank_precision([Timing(r.knobs, race.times[_key(r.knobs)]) for r in group])
+        precision: rank_precision([Timing(r.knobs, race.times[knobs_key(r.knobs)]) for r in group])
         for precision, group in sorted(by_precision.items())
     }
     return {
@@ -161,17 +172,13 @@ def _confirm(race: Race, precision: str, keys: list[str], prior: dict, keep: int
     stored = {k: list(prior[k]) for k in keys}
     out = outpaced({k: tuple(v) for k, v in stored.items()}, keep)
     ranked = rank_precision([Timing(knobs_of(k), tuple(stored[k])) for k in keys if k not in out])
-    front = [_key(r.timing.knobs) for r in ranked[:keep]]
+    front = [knobs_key(r.timing.knobs) for r in ranked[:keep]]
     now = {k: time_one(k) for k in front}
     noise = 1 + max(TIE_MARGIN, POLICY.steady_spread)
     if any(now[k] * noise < min(stored[k]) for k in front):
         return {k: [now[k]] if k in now else [] for k in keys}
     race.confirmed[precision] = now
     return {k: [*stored[k], now[k]] if k in now else stored[k] for k in keys}
-
-
-def _key(knobs: dict) -> str:
-    return "/".join(str(knobs[k]) for k in KNOB_NAMES)
 
 
 def _ranking_line(precision: str, ranked) -> dict:
@@ -183,7 +190,7 @@ def _ranking_line(precision: str, ranked) -> dict:
         "step_ms": timing.median_ms,
         "spread": timing.spread,
         "times_ms": list(timing.times_ms),  # the repeats it was ranked on: how a tie came about
-        "tied_with": [_key(k) for k in ranked.tied_with],
+        "tied_with": [knobs_key(k) for k in ranked.tied_with],
     }
 
 
@@ -200,7 +207,9 @@ class Race:
     confirmed: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, measure=None, prior=None, first=None) -> Race:
+def raced_times(
+    space: SearchSpace, groups: dict[str, list[dict]], keep: int, measure=None, prior=None, first=None, warm=None
+) -> Race:
     """Race each precision's candidates (`groups`) to its `keep` fastest, timing as little as that
     needs. Each candidate starts with its timing in the sweep (`first`, one step), or one taken now;
     then, round after round, every candidate still in the race and not yet steady is timed once
@@ -210,17 +219,18 @@ def raced_times(space: SearchSpace, groups: dict[str, list[dict]], keep: int, me
     (`TimingPolicy.settled`): so the kept ones, and any tie among them, are timed as steadily as any
     other ranking. A precision whose every candidate has `prior` times (this machine's, from an
     earlier study) is raced on them instead, after one confirming timing of those still in front
-    (`_confirm`). `measure(config, timing)` is the timer (`timing`: 0 for a model's first); tests
+    (`_confirm`). The race steps the sweep's own models where `warm` kept them (already warm: no
+    untimed step), and builds the others. `measure(config, timing)` is the timer (`timing`: 0 for a model's first); tests
     replace it."""
     race = Race()
     first = first or {}
-    running = {p: [_key(k) for k in group] for p, group in groups.items() if group}
+    running = {p: [knobs_key(k) for k in group] for p, group in groups.items() if group}
     if not running:
         return race
     values = representative_values(space)
-    configs = {_key(k): build_config(space, values, Knobs(**k)) for group in groups.values() for k in group}
+    configs = {knobs_key(k): build_config(space, values, Knobs(**k)) for group in groups.values() for k in group}
     times: dict[str, list[float]] = {key: list(first.get(key, ())) for key in configs}
-    with _Timer(list(configs.values())) if measure is None else _Fixed(measure) as timer:
+    with _Timer(list(configs.values()), warm) if measure is None else _Fixed(measure) as timer:
 
         def time_one(key: str) -> float:
             ms = timer(configs[key], race.timed.get(key, 0))
@@ -280,12 +290,14 @@ class _Fixed:
 
 
 class _Timer:
-    """One model per candidate, built when first timed; each call times one step of it, after an
-    untimed step at the same shape on its first call (`ONE_STEP`), so a first call per shape (cuDNN
-    attention's plan, a compiled graph, an optimizer's state) is never timed."""
+    """One model per candidate: the sweep's where it was kept (`warm`), else built when first timed;
+    each call times one step of it, after an untimed step at the same shape on a built model's first
+    call (`ONE_STEP`), so a first call per shape (cuDNN attention's plan, a compiled graph, an
+    optimizer's state) is never timed."""
 
-    def __init__(self, configs: list[TrialConfig]):
+    def __init__(self, configs: list[TrialConfig], warm: WarmModels | None = None):
         first = configs[0]
+        self.warm, self.handed = warm, set()
         self.device = resolve_device(first.device)
         self.workload = create_workload(first.workload, first.workload_options)
         self.workload.bind_training(first.training.params())
@@ -300,10 +312,16 @@ class _Timer:
 
     def __call__(self, config: TrialConfig, timing: int) -> float:
         model = self.models.get(id(config))
-        if model is None:  # built when first timed: a candidate the sweep's timing dropped never is
-            seed_everything(config.seed)
-            model = self.models[id(config)] = AssembledModel(self.workload, config.knobs, config.training, self.device)
-        return time_model(model, self.batch, ONE_STEP if timing == 0 else ONE_STEP.timed_only()).best_ms
+        if model is None:
+            model = self.warm.take(config.knobs.as_dict()) if self.warm is not None else None
+            if model is not None:  # the sweep's, stepped at this batch just now: warm
+                self.handed.add(id(config))
+            else:
+                seed_everything(config.seed)
+                model = AssembledModel(self.workload, config.knobs, config.training, self.device)
+            self.models[id(config)] = model
+        warm = timing > 0 or id(config) in self.handed
+        return time_model(model, self.batch, ONE_STEP.timed_only() if warm else ONE_STEP).best_ms
 
     def __exit__(self, *exc) -> None:
         self.models.clear()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from hpo.app.sweep_memory import batch_ceiling, memory_fit
+from hpo.app.sweep_models import WarmModels
 from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
@@ -93,6 +94,7 @@ def sweep(
     machine: MachineFacts | None = None,
     memory: bool = True,
     policy: TimingPolicy = DEFAULT_POLICY,
+    warm: WarmModels | None = None,
 ) -> list[SweepRow]:
     """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last).
     With `machine`, a combination this machine already proved for this model, batch and software
@@ -100,6 +102,8 @@ def sweep(
     limit that applies, each verified row also gets its peak model's prediction (`memory_fit`:
     three small steps a combination); probe_first's sweep leaves that to the trials that train.
     `policy` times each combination (probe_first's: `ONE_STEP`, its race times again what could win).
+    `warm` keeps each verified combination's timed model, while they fit, for that race
+    (`hpo.app.sweep_models`; not from a fresh process, whose models end with it).
 
     After a sticky device error (a CUDA error leaves the device unusable until the process ends)
     the combination that raised it gets an error row, and the rest are probed in a fresh process,
@@ -110,7 +114,7 @@ def sweep(
     rows: list[SweepRow] = []
     report = (lambda row: (rows.append(row), on_row(row))) if on_row is not None else rows.append
     how = _Settings(machine, memory, policy)
-    remaining = _probe_all(space, configs, store, report, how=how)
+    remaining = _probe_all(space, configs, store, report, how=how, warm=warm)
     while remaining:
         remaining = _probe_in_fresh_process(space, configs, store, remaining, report, how)
     # The reference's own step time is known once any other combination was timed against it.
@@ -130,6 +134,7 @@ def _probe_all(
     report,
     indices=None,
     how: _Settings | None = None,
+    warm: WarmModels | None = None,
 ) -> list[int]:
     """Probe `configs` (those at `indices`, default all) in this process, reporting each row.
     Returns the indices left unprobed after a sticky device error (empty when all were probed)."""
@@ -145,7 +150,7 @@ def _probe_all(
         for position, index in enumerate(indices):
             config = configs[index]
             try:
-                report(_probe_one(workload, config, device, store, references, ceiling, signed, how.policy))
+                report(_probe_one(workload, config, device, store, references, ceiling, signed, how.policy, warm))
             except Exception as exc:  # noqa: BLE001 - _probe_one re-raises only a sticky device error
                 _log.warning(f"hpo probe: {_knobs(config)}: {short_traceback(exc)}the rest are probed in a fresh process")
                 report(_error_row(config, exc))
@@ -233,6 +238,7 @@ def _probe_one(
     ceiling: int | None,
     signed=None,
     policy: TimingPolicy = DEFAULT_POLICY,
+    warm: WarmModels | None = None,
 ) -> SweepRow:
     key, facts = verdict_key(config, device)
     batch_size = config.training.batch_size
@@ -250,13 +256,15 @@ def _probe_one(
         return SweepRow(config.knobs.as_dict(), str(implied), None, None, None, None, None, cached=True)
     if not cached:
         try:
-            probe = run_probe(workload, config, device, store, references=references, policy=policy)
+            probe = run_probe(workload, config, device, store, references=references, policy=policy, keep_timed=warm is not None)
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise
             _log.warning(f"hpo probe: {_knobs(config)} failed with an error (not a verdict):\n{short_traceback(exc)}")
             return _error_row(config, exc)
         record, speed = keep_probe(store, key, facts, probe, batch_size)
+        if probe.timed_model is not None:
+            warm.offer(probe.timed_model, probe.peak_mem_mb)
         if signed is not None:
             signed.machine.put(machine_key, {"facts": facts, "verdict": record, "speed": speed})
     verdict = cached_verdict(record)

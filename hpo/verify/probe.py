@@ -75,6 +75,7 @@ def run_probe(
     timed: bool = True,
     references: KeptReferences | None = None,
     policy: TimingPolicy = DEFAULT_POLICY,
+    keep_timed: bool = False,
 ) -> ProbeResult:
     """Probe the trial's knobs. `store` keeps the reference's step time between probes;
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
@@ -82,7 +83,9 @@ def run_probe(
     trains nothing); untimed, only the reference's step time is measured, if no store has it.
     `references` keeps the reference's compared step for the next probe of the same model.
     `policy` times the trial's steps (probe_first's sweep takes one, `ONE_STEP`); a `slow` verdict is
-    only ever given by the steady proof (`hpo.verify.slow_proof`), whatever `policy` is.
+    only ever given by the steady proof (`hpo.verify.slow_proof`), whatever `policy` is. `keep_timed`
+    hands a passing timed probe's trial model on as it is, stepped (`ProbeResult.timed_model`: for
+    probe_first's race, which times it again, never for training).
 
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
@@ -109,6 +112,7 @@ def run_probe(
     else:
         compared = _compared_batch(workload, config, batch, kept.samples)
     floors_known = set(kept.floors)
+    stepped = False  # the trial's model ran full-batch steps (timed)
     steps = ComparedSteps(workload, config, device, kept, compared, reference)
     trial, failure = steps.attempt(config.knobs, evidence=True)
     if references is not None and set(kept.floors) != floors_known:
@@ -131,8 +135,11 @@ def run_probe(
             result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
         elif timed and reference_ms is not None:
             _time_trial(result, trial, steps, batch, config, reference_ms, policy)
+            stepped = True
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
+    if keep_timed and stepped and result.ok and result.slow is None and trial is not None:
+        result.timed_model = trial
     if keep_model and result.ok and trial is not None:
         # Before training starts: the trial's peak memory is its own. Nothing of the reference
         # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the

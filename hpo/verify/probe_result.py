@@ -44,6 +44,9 @@ class ProbeResult:
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.
     model: AssembledModel | None = field(default=None, repr=False, compare=False)
+    # With `keep_timed`, a passing timed probe's trial model as the timing left it (stepped, warm).
+    # Never part of the record.
+    timed_model: AssembledModel | None = field(default=None, repr=False, compare=False)
 
     def record_numerics(self, errors: Errors, bound: NumericBound) -> None:
         self.loss_rel_err, self.grad_rel_err = errors.loss, errors.grad
@@ -56,8 +59,8 @@ class ProbeResult:
 
     def record(self) -> dict:
         """The cache's record: the verdict as its readable string, with what it implicates."""
-        record = asdict(replace(self, model=None, slow=None))  # a model is no record: never copied into one
-        del record["model"], record["slow"]
+        record = asdict(replace(self, model=None, timed_model=None, slow=None))  # a model is no record: never copied
+        del record["model"], record["timed_model"], record["slow"]
         record["verdict"], record["implicates"] = str(self.verdict), self.verdict.implicated_record()
         return record
 

@@ -146,7 +146,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
     study = create_or_resume(space, f"sqlite:///{tmp_path / 'pf.db'}")
     swept = []
 
-    def fake_sweep(space, store, machine=None, memory=True, policy=None):
+    def fake_sweep(space, store, machine=None, memory=True, policy=None, warm=None):
         swept.append(1)
         if fail and fail.pop(0):
             raise RuntimeError("device lost")
@@ -156,7 +156,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
     monkeypatch.setattr(
         probe_first,
         "make_decision",
-        lambda space, rows, keep, machine=None: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []},
+        lambda space, rows, keep, machine=None, warm=None: {"kept": [{"knobs": _knobs(), "rank": 1}], "rejected": []},
     )
     monkeypatch.setattr(probe_first, "decision_note", lambda decided: "decided")
     return study, space, swept
