@@ -101,12 +101,13 @@ def nvidia_apex_optimizers() -> ModuleType:
 
 
 def nvidia_dali() -> ModuleType:
-    """NVIDIA DALI (`pip install nvidia-dali-cuda120` on a CUDA machine): only its presence is checked,
-    hpo builds no DALI pipeline yet, so a trial asking for it is refused (hpo.engine.loader)."""
+    """NVIDIA DALI (`pip install 'hpo[dali]'`, nvidia-dali-cuda120, on a CUDA machine): the pipeline
+    behind `systems.loader: dali` (hpo.engine.dali_loader)."""
     module = _import("nvidia.dali")
     if module is None:
         raise KnobUnavailable(
-            "loader=dali needs NVIDIA DALI: pip install nvidia-dali-cuda120 (on a CUDA machine)", [("loader", "dali")]
+            "loader=dali needs NVIDIA DALI: pip install 'hpo[dali]' (nvidia-dali-cuda120, on a CUDA machine)",
+            [("loader", "dali")],
         )
     return module
 

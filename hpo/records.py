@@ -96,7 +96,8 @@ class TrialRecord(_Record):
     loader_observed: dict[str, Any] | None = Field(
         None,
         description="what delivered the batches: `workers` (worker processes that made batches), `main_process`, "
-        "`pinned` (null where pinning does nothing: no CUDA device), `batches_checked` (first batches matched "
+        "`pinned` (null where pinning does nothing: no CUDA device, or batches that arrive on it, as DALI's), "
+        "`delivered_on` (the device types the batches arrived on), `batches_checked` (first batches matched "
         "against num_workers=0), `data_wait_ms` (median wait per step) and `core_split` (a CPU trial's cores, "
         "workers and torch threads)",
     )

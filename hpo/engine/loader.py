@@ -5,8 +5,10 @@ those settings cannot apply to this workload or device.
 Refused, as an `incompatible` verdict before the probe runs (never silently ignored): any setting
 other than the default on a workload that hands hpo batches instead of a dataset (hpo builds no
 loader there), or on a Lightning workload (its own loaders); `prefetch_factor` or
-`persistent_workers` without workers (torch has neither in the main process); `loader: dali`
-(hpo builds no DALI pipeline; without the package or CUDA the machine check already refuses it).
+`persistent_workers` without workers (torch has neither in the main process); `loader: dali` on
+anything but CUDA, without the package (the machine check refuses both before the first trial), on
+a workload without a dataset, or with a loader knob other than `num_workers`
+(`hpo.engine.dali_loader` builds the pipeline).
 
 Workers start by `spawn`: a trial process forked from a parent that ran torch must not fork again
 (its OpenMP pool hangs the child), and spawning pickles the dataset, so a dataset that cannot reach
@@ -38,12 +40,8 @@ def check_settings(workload: Workload, settings: LoaderSettings, device: torch.d
     """Raise KnobUnavailable when `settings` cannot apply to `workload` on `device`."""
     changed = settings.changed()
     if settings.loader == "dali":
-        deps.require("nvidia_dali")
-        if device.type != "cuda":
-            raise KnobUnavailable(f"loader=dali needs a CUDA device, the trial runs on {device.type}", [("loader", "dali")])
-        raise KnobUnavailable(
-            "loader=dali: hpo builds no DALI pipeline from a torch Dataset yet; use loader=torch", [("loader", "dali")]
-        )
+        _check_dali(workload, settings, device)
+        return
     if changed and (workload.trainer != "hpo" or not workload.gives_dataset()):
         how = (
             "trains with Lightning's own loaders"
@@ -61,6 +59,28 @@ def check_settings(workload: Workload, settings: LoaderSettings, device: torch.d
             raise KnobUnavailable(
                 f"{knob}={value} needs loader workers, got num_workers=0; search it with num_workers > 0",
                 [(knob, value), ("num_workers", 0)],
+            )
+
+
+def _check_dali(workload: Workload, settings: LoaderSettings, device: torch.device) -> None:
+    """`loader: dali` needs the package, a CUDA device and a workload that gives a dataset; of the
+    loader knobs only `num_workers` applies (DALI's Python workers, persistent, its own prefetch and
+    pinned staging)."""
+    deps.require("nvidia_dali")
+    if device.type != "cuda":
+        raise KnobUnavailable(f"loader=dali needs a CUDA device, the trial runs on {device.type}", [("loader", "dali")])
+    if workload.trainer != "hpo" or not workload.gives_dataset():
+        raise KnobUnavailable(
+            f"loader=dali: workload {type(workload).__name__} gives no dataset (train_dataset) for DALI to read; "
+            "use loader=torch",
+            [("loader", "dali")],
+        )
+    for knob, value in settings.changed().items():
+        if knob not in ("loader", "num_workers"):
+            raise KnobUnavailable(
+                f"{knob}={value} is torch DataLoader's; loader=dali takes num_workers only (its workers persist, "
+                f"it prefetches and pins by itself): leave systems.{knob} out with loader=dali",
+                [(knob, value), ("loader", "dali")],
             )
 
 

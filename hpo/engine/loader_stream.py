@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import torch
 
 from hpo.config.trial import TrialConfig
+from hpo.engine.dali_loader import dali_batches
 from hpo.engine.loader import CoreSplit, check_settings, core_split, trial_loader
 from hpo.errors import TrialRejected
 from hpo.verdicts import Kind, Verdict
@@ -55,6 +56,7 @@ class BatchStream:
         self.waits: list[float] = []
         self.pids: set[int] = set()
         self.pinned: list[bool] = []
+        self.delivered_on: set[str] = set()
         self.split: CoreSplit | None = None
 
     def next_batch(self) -> Batch:
@@ -68,8 +70,9 @@ class BatchStream:
             raise _workers_failed(self.describe, exc) from exc
         self.waits.append(time.perf_counter() - start)
         batch, pid = item if self.tagged else (item, os.getpid())
-        self.pids.add(pid)
+        self.pids |= pid if isinstance(pid, set) else {pid}  # DALI: the pids that read the batch's samples
         self.pinned.append(all(t.is_pinned() for t in batch.values()))
+        self.delivered_on.add(next(iter(batch.values())).device.type)
         step = len(self.waits) - 1
         if step < len(self.reference) and batch_checksum(batch) != self.reference[step]:
             raise TrialRejected(
@@ -88,7 +91,8 @@ class BatchStream:
         return {
             "workers": len(self.pids - {os.getpid()}),
             "main_process": os.getpid() in self.pids,
-            "pinned": all(self.pinned) if self.device.type == "cuda" and self.pinned else None,
+            "pinned": all(self.pinned) if self.device.type == "cuda" and self.pinned and self.delivered_on == {"cpu"} else None,
+            "delivered_on": sorted(self.delivered_on),
             "batches_checked": min(len(self.reference), len(self.waits)),
             "data_wait_ms": 1000 * statistics.median(waits) if waits else None,
             "core_split": self.split.as_dict() if self.split else None,
@@ -109,18 +113,24 @@ def _workers_failed(describe: str, exc: BaseException) -> TrialRejected:
 @contextlib.contextmanager
 def batch_stream(workload: Workload, config: TrialConfig, device: torch.device) -> Iterator[BatchStream]:
     """The trial's batches: the workload's own `train_batches`, or its dataset through the loader
-    built from the trial's settings (checked against the same seed without workers first)."""
+    built from the trial's settings, a DataLoader or DALI's pipeline (`hpo.engine.dali_loader`),
+    checked against the same seed through a DataLoader without workers first."""
     settings, training = config.loader, config.training
     check_settings(workload, settings, device)
     if not workload.gives_dataset() or workload.trainer != "hpo":
         yield BatchStream(workload.train_batches(training.batch_size, config.seed), False, [], device, "train_batches")
         return
-    describe = ", ".join(f"{k}={v}" for k, v in settings.as_dict().items() if k != "loader")
+    describe = ", ".join(f"{k}={v}" for k, v in settings.as_dict().items() if k != "loader" or v != "torch")
+    dali = settings.loader == "dali"
     reference = []
-    if settings.num_workers > 0:
+    if settings.num_workers > 0 or dali:  # DALI's batches are checked with or without workers
         plain = epochs(trial_loader(workload, settings, training.batch_size, config.seed, reference=True))
-        count = checked_batches(settings.num_workers, training.max_steps)
+        count = checked_batches(max(settings.num_workers, 1), training.max_steps)
         reference = [batch_checksum(next(plain)[0]) for _ in range(count)]
+    if dali:
+        source = dali_batches(workload.train_dataset(config.seed), training.batch_size, config.seed, settings.num_workers, device)
+        yield BatchStream(source, True, reference, device, describe, max(settings.num_workers, 1))
+        return
     with core_split(settings, device) as split:
         loader = trial_loader(workload, settings, training.batch_size, config.seed)
         try:
