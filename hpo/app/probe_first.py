@@ -254,6 +254,8 @@ def raced_times(
                     for k, why in out.items()
                 ]
                 running[precision] = [k for k in keys if k not in out]
+                for k in out:
+                    timer.release(configs[k])  # a dropped candidate is timed no more: its model goes now
             running = {p: keys for p, keys in running.items() if _needs_more(times, keys)}
             if not running:
                 break
@@ -279,11 +281,19 @@ def _needs_more(times: dict[str, list[float]], keys: list[str]) -> bool:
 
 
 class _Fixed:
+    """A test's timer (`measure(config, timing)`), in `_Timer`'s place."""
+
     def __init__(self, measure):
         self.measure = measure
 
     def __enter__(self):
-        return self.measure
+        return self
+
+    def __call__(self, config: TrialConfig, timing: int) -> float:
+        return self.measure(config, timing)
+
+    def release(self, config: TrialConfig) -> None:
+        return None
 
     def __exit__(self, *exc) -> None:
         return None
@@ -322,6 +332,9 @@ class _Timer:
             self.models[id(config)] = model
         warm = timing > 0 or id(config) in self.handed
         return time_model(model, self.batch, ONE_STEP.timed_only() if warm else ONE_STEP).best_ms
+
+    def release(self, config: TrialConfig) -> None:
+        self.models.pop(id(config), None)
 
     def __exit__(self, *exc) -> None:
         self.models.clear()
