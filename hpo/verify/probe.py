@@ -112,7 +112,7 @@ def run_probe(
     else:
         compared = _compared_batch(workload, config, batch, kept.samples)
     floors_known = set(kept.floors)
-    stepped = False  # the trial's model ran full-batch steps (timed)
+    stepped = None  # a model of the trial's knobs that ran full-batch steps here (timed)
     steps = ComparedSteps(workload, config, device, kept, compared, reference)
     trial, failure = steps.attempt(config.knobs, evidence=True)
     if references is not None and set(kept.floors) != floors_known:
@@ -124,22 +124,25 @@ def run_probe(
         gc.collect()
         result.verdict, result.blame = steps.blame(config.knobs, failure)
     else:
+        reference_timed_here = None
         if reference_ms is None:
             reference_ms = _timed_reference(
                 result, reference, batch, compared_growth, workload.samples_in(compared), config, store
             )
+            reference_timed_here = reference if reference_ms is not None else None
         result.reference_step_ms = reference_ms
         if timed and reference_ms is not None and config.knobs == REFERENCE_KNOBS:
             # The reference itself: timing it against itself would only measure noise.
             reference_steps = (store.get(reference_key(config, device)) or {}).get("timed_steps_ms")
             result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
+            stepped = reference_timed_here
         elif timed and reference_ms is not None:
             _time_trial(result, trial, steps, batch, config, reference_ms, policy)
-            stepped = True
+            stepped = trial
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
-    if keep_timed and stepped and result.ok and result.slow is None and trial is not None:
-        result.timed_model = trial
+    if keep_timed and stepped is not None and result.ok and result.slow is None:
+        result.timed_model = stepped
     if keep_model and result.ok and trial is not None:
         # Before training starts: the trial's peak memory is its own. Nothing of the reference
         # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the
