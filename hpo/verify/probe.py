@@ -124,25 +124,26 @@ def run_probe(
         gc.collect()
         result.verdict, result.blame = steps.blame(config.knobs, failure)
     else:
-        reference_timed_here = None
+        timed_reference_here = reference_ms is None
         if reference_ms is None:
             reference_ms = _timed_reference(
                 result, reference, batch, compared_growth, workload.samples_in(compared), config, store
             )
-            reference_timed_here = reference if reference_ms is not None else None
         result.reference_step_ms = reference_ms
         if timed and reference_ms is not None and config.knobs == REFERENCE_KNOBS:
             # The reference itself: timing it against itself would only measure noise.
             reference_steps = (store.get(reference_key(config, device)) or {}).get("timed_steps_ms")
             result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
-            stepped = reference_timed_here
+            # No other name may hold the reference unless it is handed on: `keep_model` frees it below.
+            stepped = reference if keep_timed and timed_reference_here else None
         elif timed and reference_ms is not None:
             _time_trial(result, trial, steps, batch, config, reference_ms, policy)
-            stepped = trial
+            stepped = trial if keep_timed else None
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
-    if keep_timed and stepped is not None and result.ok and result.slow is None:
+    if stepped is not None and result.ok and result.slow is None:
         result.timed_model = stepped
+    stepped = None
     if keep_model and result.ok and trial is not None:
         # Before training starts: the trial's peak memory is its own. Nothing of the reference
         # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the

@@ -58,8 +58,6 @@ def test_a_kernel_slow_only_on_its_first_call_per_shape_is_neither_slow_nor_rank
         # The race starts from the sweep's one timing and times each candidate at least once more:
         # one timing never drops a candidate, and a precision is decided only on steady timings.
         assert planned and len(first_call["times_ms"]) >= 2, (decided["ranking"], decided["dropped"])  # the raw repeats
-    else:  # `hpo probe`'s sweep timed each until steady: the race decides on those, timing nothing
-        assert decided["timings"] == 0 and not planned, decided
     assert max(first_call["times_ms"]) < 1000 * FIRST_CALL_S  # the plan's cost is in none of them
     assert eager["step_ms"] and first_call["step_ms"] < 1000 * FIRST_CALL_S, decided["ranking"]  # ranked on its own speed
 
