@@ -30,7 +30,7 @@ def knobs_key(knobs: dict) -> str:
 
 def state_bytes(assembled: AssembledModel) -> int:
     """What a kept model holds between steps: its parameters, their gradients and the optimizer's state."""
-    tensors = [p for p in assembled.model.parameters()]
+    tensors = list(assembled.model.parameters())
     tensors += [p.grad for p in tensors if p.grad is not None]
     tensors += [v for state in assembled.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -49,18 +49,14 @@ class WarmModels:
         self.models: dict[str, AssembledModel] = {}
         self.kept_bytes = 0
         self.peak_bytes = 0
-        self.turned_away = 0
 
-    def offer(self, assembled: AssembledModel, peak_mb: float | None) -> bool:
-        """Keep `assembled` if it fits beside the others (`peak_mb`: its step's peak); False if not."""
+    def offer(self, assembled: AssembledModel, peak_mb: float | None) -> None:
+        """Keep `assembled` if it fits beside the others (`peak_mb`: its step's peak); else drop it."""
         self.peak_bytes = max(self.peak_bytes, int((peak_mb or 0) * 2**20))
         size = state_bytes(assembled)
-        if self.kept_bytes + size + self.peak_bytes > SHARE * _device_bytes(assembled.device):
-            self.turned_away += 1
-            return False
-        self.models[knobs_key(assembled.knobs.as_dict())] = assembled
-        self.kept_bytes += size
-        return True
+        if self.kept_bytes + size + self.peak_bytes <= SHARE * _device_bytes(assembled.device):
+            self.models[knobs_key(assembled.knobs.as_dict())] = assembled
+            self.kept_bytes += size
 
     def take(self, knobs: dict) -> AssembledModel | None:
         """The kept model of `knobs`, handed over (no longer kept here), or None."""
