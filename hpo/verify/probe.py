@@ -227,8 +227,9 @@ def _time_trial(
     result.trial_step_ms, result.trial_steps_ms = timed.best_ms, list(timed.times_ms)
     result.slowdown = limit.slowdown(result.trial_step_ms)
     if config.skip_slow and limit.verdict(config.knobs, result.trial_step_ms) is not None:
-        # The trial's model, timed just now and handed on to nothing, is warm for the proof.
-        proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial)
+        # The trial's model, timed just now and handed on to nothing, is warm for the proof, and the
+        # steps just timed are the proof's first of the knobs.
+        proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial, warm_steps_ms=timed.times_ms)
         result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
 
 

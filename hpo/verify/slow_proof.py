@@ -6,18 +6,20 @@ bf16 on a CPU without avx512_bf16 makes every combination that contains it slow,
 attention or optimizer. So before a `slow` verdict is cached, the differing values are timed from
 the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and only the subset that is
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
-first measurement was noise (a busy machine) and nothing is cached. Each timing is paired with a
-reference step timed just before it, in three rounds (the fastest of each side), so neither a machine
-busier than when the reference was first timed nor a burst of load makes a value look slow. Every
-timing is a steady one (`hpo.verify.steady`): untimed steps at the timed shape first, then repeats.
-When the reference's own steady steps disagree by more than MAX_REFERENCE_SPREAD, this machine
-cannot tell a slow value from its own noise: nothing is judged, and the proof says why.
+first measurement was noise (a busy machine) and nothing is cached. The two sides are timed
+interleaved, one step of the reference then one of the knobs a round, for at least three rounds
+and until both sides are steady (`hpo.verify.steady`: untimed steps at the timed shape first, then
+repeats until the fastest agree, or a cap): the values are slow only if the knobs' fastest step is
+over the limit against the reference's fastest after every round, so neither a machine busier than
+when the reference was first timed nor a burst of load makes a value look slow. A burst would have
+to slow every step of the knobs and spare a step of the reference between them. When the
+reference's own steps disagree by more than MAX_REFERENCE_SPREAD, this machine cannot tell a slow
+value from its own noise: nothing is judged, and the proof says why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,8 +38,10 @@ from hpo.workloads.base import Batch, Workload
 
 __all__ = ["MAX_REFERENCE_SPREAD", "SlowProof", "prove_slow", "time_knobs"]
 
-# Rounds of (reference, knobs) timings a subset must be slow in, each against the fastest of all so
-# far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing.
+# Rounds of (reference step, knobs step) a subset must be slow in, each against the fastest of all
+# so far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing. Step by
+# step, not a steady timing of each side a round: that cost 3 steady timings of the knobs, 9 steps of
+# an emulated fp16 (257 ms each on the quickstart) where 3 interleaved steps prove as much.
 PROOF_ROUNDS = 3
 # A reference whose steady steps spread wider than this is too noisy to judge a slowdown against.
 MAX_REFERENCE_SPREAD = 0.25
@@ -82,25 +86,27 @@ def prove_slow(
     limit: SlowLimit,
     policy: TimingPolicy = DEFAULT_POLICY,
     warm: AssembledModel | None = None,
+    warm_steps_ms: tuple[float, ...] = (),
 ) -> SlowProof:
     """The `slow` verdict of the smallest subset of the trial's knobs that is slow on its own at the
     trial's batch size; no verdict when not even the whole combination is slow when timed again, or
     when the reference's own steps vary too much to judge (`not_judged` says by how much).
 
-    Each subset is compared with the reference timed just before it, in `PROOF_ROUNDS` rounds, not
-    with `limit`'s stored reference time: that was measured at another moment, and a machine busier
-    now than then (another worker, another job) would make every subset look slow, and the first
-    one tried be cached as slow for the whole study. The reference's model is built once; each
-    subset's once, for its rounds. `warm`, a model of the trial's knobs already stepped at this
-    batch and free to step again (`hpo probe`'s, never a training trial's), serves the subset that
-    is the whole combination, without a build or an untimed step: in a sweep, the first combination
-    with an emulated bf16 is bf16 with the reference's other values, whose every step took 17 s."""
+    Each subset is compared with the reference timed beside it, step by step, not with `limit`'s
+    stored reference time: that was measured at another moment, and a machine busier now than then
+    (another worker, another job) would make every subset look slow, and the first one tried be
+    cached as slow for the whole study. The reference's model is built once; each subset's once,
+    for its rounds. `warm`, a model of the trial's knobs already stepped at this batch and free to
+    step again (`hpo probe`'s, never a training trial's), serves the subset that is the whole
+    combination, without a build or an untimed step, and `warm_steps_ms`, the steps just timed on it
+    (after its untimed ones), are its first round's: in a sweep, the first combination with an
+    emulated bf16 is bf16 with the reference's other values, whose every step took 17 s."""
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
     with _built(workload, config, REFERENCE_KNOBS, device) as reference:
 
         def slow(knobs: Knobs) -> Verdict | None:
             if warm is not None and knobs == warm.knobs:
-                return _slow_in_every_round(reference, warm, batch, knobs, limit, policy, warm=True)
+                return _slow_in_every_round(reference, warm, batch, knobs, limit, policy, warm_steps_ms)
             with _built(workload, config, knobs, device) as assembled:
                 return _slow_in_every_round(reference, assembled, batch, knobs, limit, policy)
 
@@ -117,25 +123,33 @@ def _slow_in_every_round(
     knobs: Knobs,
     limit: SlowLimit,
     policy: TimingPolicy,
-    warm: bool = False,
+    warm_steps_ms: tuple[float, ...] | None = None,
 ) -> Verdict | None:
+    """Rounds of one reference step then one step of `knobs` (the steps of a side already steady
+    are not taken again past PROOF_ROUNDS) until both sides are steady under `policy`; a verdict
+    only if the knobs were over the limit after every round. `warm_steps_ms` not None: `assembled`
+    is warm, and those steps, timed on it just now, are its first round's."""
+    one_step = dataclasses.replace(policy, min_repeats=1, max_repeats=1, window=1)
     reference_steps: list[float] = []
-    knobs_ms = math.inf
-    timed_only = policy.timed_only()
-    for round_index in range(PROOF_ROUNDS):  # a burst of load must slow every round of the knobs to count
-        # Both models ran their untimed steps at this shape in the first round (a warm one before
-        # the proof): later rounds only time.
-        first = round_index == 0
-        reference_steps += time_model(reference, batch, policy if first else timed_only).times_ms
-        knobs_ms = min(knobs_ms, time_model(assembled, batch, policy if first and not warm else timed_only).best_ms)
-        if knobs_ms <= min(reference_steps) * limit.ratio:
+    knobs_steps: list[float] = list(warm_steps_ms or ())
+    warm = warm_steps_ms is not None
+    rounds = 0
+    while rounds < PROOF_ROUNDS or not (policy.settled(reference_steps) and policy.settled(knobs_steps)):
+        # A side's untimed steps run before its first timed one only: both models then stay warm.
+        if rounds < PROOF_ROUNDS or not policy.settled(reference_steps):
+            reference_steps += time_model(reference, batch, one_step if rounds == 0 else one_step.timed_only()).times_ms
+        if not (rounds == 0 and knobs_steps) and (rounds < PROOF_ROUNDS or not policy.settled(knobs_steps)):
+            first = rounds == 0 and not warm
+            knobs_steps += time_model(assembled, batch, one_step if first else one_step.timed_only()).times_ms
+        rounds += 1
+        if min(knobs_steps) <= min(reference_steps) * limit.ratio:
             return None
     # Slow in every round. Judged only if the reference's own steps, all rounds together, held
     # still: where even its fastest steps disagree widely, the knobs' may be slowed by the same noise.
     timed = StepTimes(tuple(reference_steps), policy.warmup_steps, policy.window)
     if timed.spread > MAX_REFERENCE_SPREAD:
         raise _NotJudged(f"reference spread {timed.spread:.0%} (over {MAX_REFERENCE_SPREAD:.0%}; steps {_ms(timed)})")
-    return dataclasses.replace(limit, reference_ms=timed.best_ms).verdict(knobs, knobs_ms)
+    return dataclasses.replace(limit, reference_ms=timed.best_ms).verdict(knobs, min(knobs_steps))
 
 
 def _ms(timed: StepTimes) -> str:

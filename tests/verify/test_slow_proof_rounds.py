@@ -113,3 +113,83 @@ def test_a_warm_model_of_the_whole_combination_is_timed_without_a_build_or_an_un
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
     assert speed.prove_slow(workload, config, CPU, limit, warm=warm).verdict is not None
     assert built == [REFERENCE_KNOBS] and warmups == [0, 0, 0], (built, warmups)
+
+
+def _stepwise(monkeypatch, knobs_ms: list[float]):
+    """prove_slow with every step counted as `time_steps` would take it under the policy it is
+    given (untimed steps, then timed ones until `policy.settled`): the reference's steps at
+    REFERENCE_MS, the knobs' from `knobs_ms` in turn (its last value once they run out). Returns
+    the proof and the steps in the order run, as (side, timed ms or None for an untimed step)."""
+    config = toy_config(KNOBS)
+    workload = create_workload(config.workload, config.workload_options)
+    steps: list[tuple[str, float | None]] = []
+    knobs_left = list(knobs_ms)
+
+    def stepped(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+        side = "reference" if assembled.knobs == REFERENCE_KNOBS else "knobs"
+        steps.extend((side, None) for _ in range(policy.warmup_steps))
+        times: list[float] = []
+        while len(times) < policy.max_repeats:
+            ms = REFERENCE_MS if side == "reference" else (knobs_left.pop(0) if len(knobs_left) > 1 else knobs_left[0])
+            times.append(ms)
+            steps.append((side, ms))
+            if policy.settled(times):
+                break
+        return StepTimes(tuple(times), policy.warmup_steps, policy.window)
+
+    monkeypatch.setattr(speed, "time_model", stepped)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    return speed.prove_slow(workload, config, CPU, limit), steps
+
+
+def test_the_two_sides_are_timed_step_by_step_interleaved(monkeypatch):
+    """One reference step, then one of the knobs, a round: a value slow in 3 steady steps of its own
+    is proven in 3 rounds. Timing each side to steady state in every round took 9 steps of the
+    knobs (2.6 s of an emulated fp16 on the quickstart), and let a burst as long as one side's
+    timing slow all of its steps in a round."""
+    proof, steps = _stepwise(monkeypatch, [BURST_MS])
+    assert proof.verdict is not None and proof.verdict.kind is Kind.SLOW
+    timed = [side for side, ms in steps if ms is not None]
+    assert timed == ["reference", "knobs"] * 3, steps
+    assert [side for side, ms in steps if ms is None] == ["reference", "knobs"]  # each warmed up once
+
+
+def test_a_slow_value_is_timed_until_its_steps_are_steady_before_the_verdict(monkeypatch):
+    """The rules of steady timing hold for every `slow` verdict: knobs whose 3 steps disagree by
+    more than the policy's spread are timed in more rounds, until steady or at the policy's cap."""
+    noisy = [BURST_MS, 2 * BURST_MS, 3 * BURST_MS, 1.05 * BURST_MS, 1.02 * BURST_MS, BURST_MS]
+    proof, steps = _stepwise(monkeypatch, noisy)
+    knobs = [ms for side, ms in steps if side == "knobs" and ms is not None]
+    assert proof.verdict is not None
+    assert len(knobs) > 3 and DEFAULT_POLICY.settled(knobs), knobs
+    # Past the 3 rounds only the side not yet steady is stepped: the reference was steady at 3.
+    assert [ms for side, ms in steps if side == "reference" and ms is not None] == [REFERENCE_MS] * 3
+
+
+def test_a_fast_step_of_the_knobs_in_any_round_ends_the_proof_without_a_verdict(monkeypatch):
+    proof, steps = _stepwise(monkeypatch, [BURST_MS, QUIET_MS])
+    assert proof.verdict is None and proof.not_judged is None
+    assert [side for side, ms in steps if ms is not None] == ["reference", "knobs", "reference", "knobs"]
+
+
+def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(monkeypatch):
+    """`hpo probe` hands over the trial's model with the steps it timed on it: the proof's first
+    round times only the reference beside them (an emulated bf16 step took 17 s on one AVX2 core)."""
+    from hpo.engine.assembly import AssembledModel
+
+    config = toy_config(KNOBS)
+    workload = create_workload(config.workload, config.workload_options)
+    warm = AssembledModel(workload, KNOBS, config.training, CPU)
+    calls: list[tuple[str, int, int]] = []
+
+    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+        side = "reference" if assembled.knobs == REFERENCE_KNOBS else "warm" if assembled is warm else "built"
+        calls.append((side, policy.warmup_steps, policy.max_repeats))
+        ms = REFERENCE_MS if side == "reference" else BURST_MS
+        return StepTimes((ms,), policy.warmup_steps, 1)
+
+    monkeypatch.setattr(speed, "time_model", scripted)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    proof = speed.prove_slow(workload, config, CPU, limit, warm=warm, warm_steps_ms=(BURST_MS,))
+    assert proof.verdict is not None
+    assert calls == [("reference", 1, 1), ("reference", 0, 1), ("warm", 0, 1), ("reference", 0, 1), ("warm", 0, 1)]
