@@ -28,6 +28,10 @@ from pathlib import Path
 import optuna
 import yaml
 
+from hpo.records import RecordKey
+
+SHOWN_KNOBS = ("precision", "attention", "optimizer")
+
 
 def _run(space: dict, name: str, strategy: str, work: Path, env: dict) -> dict:
     space = {**space, "study": {**space["study"], "name": name, "strategy": strategy}}
@@ -55,6 +59,22 @@ def _run(space: dict, name: str, strategy: str, work: Path, env: dict) -> dict:
         "kept": [k["knobs"] for k in decided.get("kept", [])],
         "best": min(done) if done else None,
         "trials": len(study.trials),
+        # Per trial, so a wall time at the same trial count can be read: a trial that ended on a
+        # verdict (a slow fp16 in a joint study, say) ran for less than its budget.
+        "per_trial": [_trial_facts(t) for t in study.trials],
+    }
+
+
+def _trial_facts(trial: optuna.trial.FrozenTrial) -> dict:
+    attrs = trial.user_attrs
+    ended = trial.datetime_complete or trial.datetime_start
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "s": round((ended - trial.datetime_start).total_seconds(), 1),
+        "verdict": str(attrs.get(RecordKey.VERDICT, ""))[:80] or None,
+        "steps_run": attrs.get(RecordKey.STEPS_RUN),
+        "knobs": {k: v for k, v in (attrs.get(RecordKey.KNOBS_REQUESTED) or {}).items() if k in SHOWN_KNOBS},
     }
 
 

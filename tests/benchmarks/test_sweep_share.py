@@ -37,3 +37,7 @@ def test_a_repeated_study_reads_the_first_ones_facts_and_times_only_its_front_ru
     assert repeated["race_timings"] == 1  # one confirming step of fp32's front runner (keep_fastest 1)
     assert 0 < repeated["sweep_s"] < first["sweep_s"] and joint["sweep_s"] == 0.0
     assert "over_joint_s" in first and "wall_over_joint" in repeated
+    for run in (first, repeated, joint):
+        (trial,) = run["per_trial"]
+        assert trial["state"] == "COMPLETE" and trial["steps_run"] == 2 and trial["s"] > 0, trial
+        assert trial["knobs"]["precision"] == "fp32", trial
