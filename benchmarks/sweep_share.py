@@ -9,6 +9,9 @@ so the second reuses what the first proved), and joint. For each run:
 - `to_first_trial_s`: from the run's start to its first trial's start (start-up, machine check, study
   creation, and for probe_first the sweep); joint's is the same start-up without a sweep;
 - `sweep_share`: `sweep_s` over the run's wall time;
+- `to_K_trained_over_joint`: the time to the end of the K-th trial that trained over joint's, K the
+  fewest trained trials of the three runs: at the same trial count a joint study's trial ended by a
+  verdict (a slow fp16, proven in 2 s) stands beside a probe_first trial that trained its budget;
 - `over_joint_s`: `to_first_trial_s` less joint's: what the sweep costs before the first trial beyond
   what a joint study pays to start. Start-up work the sweep does first (importing torch._dynamo for
   the optimizers, say) a joint study does in its first trial instead, so this can be below `sweep_s`.
@@ -62,6 +65,13 @@ def _run(space: dict, name: str, strategy: str, work: Path, env: dict) -> dict:
         # Per trial, so a wall time at the same trial count can be read: a trial that ended on a
         # verdict (a slow fp16 in a joint study, say) ran for less than its budget.
         "per_trial": [_trial_facts(t) for t in study.trials],
+        # When each trial that trained ended, from the run's start: the runs are compared at the
+        # same count of trained trials, since a trial ended by a verdict trains nothing.
+        "trained_ends_s": sorted(
+            round(t.datetime_complete.timestamp() - started, 1)
+            for t in study.trials
+            if t.datetime_complete is not None and t.user_attrs.get(RecordKey.STEPS_RUN)
+        ),
     }
 
 
@@ -95,9 +105,13 @@ def main() -> None:
             _run(space, "joint", "joint", work, env),
         ]
     joint = runs[-1]
+    trained = min(len(run["trained_ends_s"]) for run in runs)
     for run in runs[:2]:
         run["over_joint_s"] = round(run["to_first_trial_s"] - joint["to_first_trial_s"], 1)
         run["wall_over_joint"] = round(run["wall_s"] / joint["wall_s"], 3)
+        if trained:
+            at, joint_at = run["trained_ends_s"][trained - 1], joint["trained_ends_s"][trained - 1]
+            run[f"to_{trained}_trained_over_joint"] = round(at / joint_at, 3)
     result = {"space": opts.space, "trials": opts.trials, "cpus": os.cpu_count(), "runs": runs}
     Path(opts.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

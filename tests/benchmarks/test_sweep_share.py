@@ -41,3 +41,5 @@ def test_a_repeated_study_reads_the_first_ones_facts_and_times_only_its_front_ru
         (trial,) = run["per_trial"]
         assert trial["state"] == "COMPLETE" and trial["steps_run"] == 2 and trial["s"] > 0, trial
         assert trial["knobs"]["precision"] == "fp32", trial
+        assert len(run["trained_ends_s"]) == 1 and run["trained_ends_s"][0] <= run["wall_s"], run
+    assert first["to_1_trained_over_joint"] > 0 and repeated["to_1_trained_over_joint"] > 0
