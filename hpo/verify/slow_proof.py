@@ -7,12 +7,13 @@ attention or optimizer. So before a `slow` verdict is cached, the differing valu
 the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and only the subset that is
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
 first measurement was noise (a busy machine) and nothing is cached. The two sides are timed
-interleaved, one step of the reference then one of the knobs a round, for at least three rounds
-and until both sides are steady (`hpo.verify.steady`: untimed steps at the timed shape first, then
-repeats until the fastest agree, or a cap): the values are slow only if the knobs' fastest step is
-over the limit against the reference's fastest after every round, so neither a machine busier than
-when the reference was first timed nor a burst of load makes a value look slow. A burst would have
-to slow every step of the knobs and spare a step of the reference between them. When the
+interleaved, a steady timing of the reference (the fast side) then one step of the knobs a round,
+for at least three rounds and until the knobs' steps are steady too (`hpo.verify.steady`: untimed
+steps at the timed shape first, then repeats until the fastest agree, or a cap): the values are
+slow only if the knobs' fastest step is over the limit against the reference's fastest after every
+round, so neither a machine busier than when the reference was first timed nor a burst of load
+makes a value look slow. A burst would have to slow every step of the knobs and spare the
+reference's timings between them. When the
 reference's own steps disagree by more than MAX_REFERENCE_SPREAD, this machine cannot tell a slow
 value from its own noise: nothing is judged, and the proof says why.
 """
@@ -38,10 +39,10 @@ from hpo.workloads.base import Batch, Workload
 
 __all__ = ["MAX_REFERENCE_SPREAD", "SlowProof", "prove_slow", "time_knobs"]
 
-# Rounds of (reference step, knobs step) a subset must be slow in, each against the fastest of all
-# so far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing. Step by
-# step, not a steady timing of each side a round: that cost 3 steady timings of the knobs, 9 steps of
-# an emulated fp16 (257 ms each on the quickstart) where 3 interleaved steps prove as much.
+# Rounds of (reference timing, knobs step) a subset must be slow in, each against the fastest of
+# all so far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing.
+# One step of the knobs a round, not a steady timing: that cost 9 steps of an emulated fp16 (257 ms
+# each on the quickstart) where 3 interleaved with the reference's prove as much.
 PROOF_ROUNDS = 3
 # A reference whose steady steps spread wider than this is too noisy to judge a slowdown against.
 MAX_REFERENCE_SPREAD = 0.25
@@ -92,7 +93,7 @@ def prove_slow(
     trial's batch size; no verdict when not even the whole combination is slow when timed again, or
     when the reference's own steps vary too much to judge (`not_judged` says by how much).
 
-    Each subset is compared with the reference timed beside it, step by step, not with `limit`'s
+    Each subset is compared with the reference timed beside it in every round, not with `limit`'s
     stored reference time: that was measured at another moment, and a machine busier now than then
     (another worker, another job) would make every subset look slow, and the first one tried be
     cached as slow for the whole study. The reference's model is built once; each subset's once,
@@ -125,22 +126,23 @@ def _slow_in_every_round(
     policy: TimingPolicy,
     warm_steps_ms: tuple[float, ...] | None = None,
 ) -> Verdict | None:
-    """Rounds of one reference step then one step of `knobs` (the steps of a side already steady
-    are not taken again past PROOF_ROUNDS) until both sides are steady under `policy`; a verdict
-    only if the knobs were over the limit after every round. `warm_steps_ms` not None: `assembled`
-    is warm, and those steps, timed on it just now, are its first round's."""
+    """Rounds of a steady timing of the reference then one step of `knobs`, at least PROOF_ROUNDS
+    and until the knobs' steps are steady under `policy`; a verdict only if the knobs were over the
+    limit after every round. `warm_steps_ms` not None: `assembled` is warm, and those steps, timed
+    on it just now, are its first round's."""
     one_step = dataclasses.replace(policy, min_repeats=1, max_repeats=1, window=1)
     reference_steps: list[float] = []
     knobs_steps: list[float] = list(warm_steps_ms or ())
     warm = warm_steps_ms is not None
     rounds = 0
-    while rounds < PROOF_ROUNDS or not (policy.settled(reference_steps) and policy.settled(knobs_steps)):
-        # A side's untimed steps run before its first timed one only: both models then stay warm.
-        if rounds < PROOF_ROUNDS or not policy.settled(reference_steps):
-            reference_steps += time_model(reference, batch, one_step if rounds == 0 else one_step.timed_only()).times_ms
-        if not (rounds == 0 and knobs_steps) and (rounds < PROOF_ROUNDS or not policy.settled(knobs_steps)):
-            first = rounds == 0 and not warm
-            knobs_steps += time_model(assembled, batch, one_step if first else one_step.timed_only()).times_ms
+    while rounds < PROOF_ROUNDS or not policy.settled(knobs_steps):
+        first = rounds == 0
+        # The reference is the fast side: a steady timing of it every round costs little beside one
+        # step of slow knobs, and its fastest steps come from a run of steps, not from the single
+        # step after a long one (on CI a 2 ms reference step read 25% apart after each 250 ms one).
+        reference_steps += time_model(reference, batch, policy if first else policy.timed_only()).times_ms
+        if not (first and knobs_steps):  # the first round's steps of a warm model are those given
+            knobs_steps += time_model(assembled, batch, one_step if first and not warm else one_step.timed_only()).times_ms
         rounds += 1
         if min(knobs_steps) <= min(reference_steps) * limit.ratio:
             return None

@@ -142,15 +142,16 @@ def _stepwise(monkeypatch, knobs_ms: list[float]):
     return speed.prove_slow(workload, config, CPU, limit), steps
 
 
-def test_the_two_sides_are_timed_step_by_step_interleaved(monkeypatch):
-    """One reference step, then one of the knobs, a round: a value slow in 3 steady steps of its own
-    is proven in 3 rounds. Timing each side to steady state in every round took 9 steps of the
-    knobs (2.6 s of an emulated fp16 on the quickstart), and let a burst as long as one side's
-    timing slow all of its steps in a round."""
+def test_each_round_is_a_steady_timing_of_the_reference_then_one_step_of_the_knobs(monkeypatch):
+    """A value slow in 3 steady steps of its own is proven in 3 rounds, each a steady timing of the
+    reference (the fast side) then one step of the knobs. A steady timing of each side in every
+    round took 9 steps of the knobs (2.6 s of an emulated fp16 in the quickstart's sweep); one step
+    of each side a round left the reference's steps too uneven to judge on CI (a 2 ms step read 25%
+    apart, each after a 250 ms one)."""
     proof, steps = _stepwise(monkeypatch, [BURST_MS])
     assert proof.verdict is not None and proof.verdict.kind is Kind.SLOW
     timed = [side for side, ms in steps if ms is not None]
-    assert timed == ["reference", "knobs"] * 3, steps
+    assert timed == (["reference"] * 3 + ["knobs"]) * 3, steps
     assert [side for side, ms in steps if ms is None] == ["reference", "knobs"]  # each warmed up once
 
 
@@ -162,14 +163,12 @@ def test_a_slow_value_is_timed_until_its_steps_are_steady_before_the_verdict(mon
     knobs = [ms for side, ms in steps if side == "knobs" and ms is not None]
     assert proof.verdict is not None
     assert len(knobs) > 3 and DEFAULT_POLICY.settled(knobs), knobs
-    # Past the 3 rounds only the side not yet steady is stepped: the reference was steady at 3.
-    assert [ms for side, ms in steps if side == "reference" and ms is not None] == [REFERENCE_MS] * 3
 
 
 def test_a_fast_step_of_the_knobs_in_any_round_ends_the_proof_without_a_verdict(monkeypatch):
     proof, steps = _stepwise(monkeypatch, [BURST_MS, QUIET_MS])
     assert proof.verdict is None and proof.not_judged is None
-    assert [side for side, ms in steps if ms is not None] == ["reference", "knobs", "reference", "knobs"]
+    assert [side for side, ms in steps if ms is not None] == (["reference"] * 3 + ["knobs"]) * 2
 
 
 def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(monkeypatch):
@@ -192,4 +191,5 @@ def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(mon
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
     proof = speed.prove_slow(workload, config, CPU, limit, warm=warm, warm_steps_ms=(BURST_MS,))
     assert proof.verdict is not None
-    assert calls == [("reference", 1, 1), ("reference", 0, 1), ("warm", 0, 1), ("reference", 0, 1), ("warm", 0, 1)]
+    steady, again = (1, DEFAULT_POLICY.max_repeats), (0, DEFAULT_POLICY.max_repeats)
+    assert calls == [("reference", *steady), ("reference", *again), ("warm", 0, 1), ("reference", *again), ("warm", 0, 1)]
