@@ -6,6 +6,8 @@ counts are written out: a test that read them from PROOF_ROUNDS would pass whate
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import toy_config
@@ -193,3 +195,40 @@ def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(mon
     assert proof.verdict is not None
     steady, again = (1, DEFAULT_POLICY.max_repeats), (0, DEFAULT_POLICY.max_repeats)
     assert calls == [("reference", *steady), ("reference", *again), ("warm", 0, 1), ("reference", *again), ("warm", 0, 1)]
+
+
+@pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 100x
+def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeypatch):
+    """Fault: AdamW's foreach path (the trial's) sleeps 500 ms a step. The probe times the trial's
+    model (one step after an untimed one, as probe_first's sweep does), finds it over the limit, and
+    the proof it runs gets that very model and those very steps: its first round times no step of
+    the knobs again."""
+    import time
+
+    import hpo.verify.probe as probe
+    from hpo.verify.cache import MemoryVerdicts
+    from hpo.verify.steady import ONE_STEP
+
+    original = torch.optim.AdamW.step
+
+    def slow_foreach(self, *args, **kwargs):
+        if self.param_groups[0].get("foreach"):
+            time.sleep(0.5)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", slow_foreach)
+    handed: list[dict] = []
+    prove = probe.prove_slow
+
+    def recording(*args, **kwargs):
+        handed.append(kwargs)
+        return prove(*args, **kwargs)
+
+    monkeypatch.setattr(probe, "prove_slow", recording)
+    config = dataclasses.replace(toy_config(KNOBS), skip_slow=True)
+    workload = create_workload(config.workload, config.workload_options)
+    result = probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP)
+    assert result.slow is not None and result.slow.kind is Kind.SLOW, (result.slow, result.slow_not_judged)
+    (kwargs,) = handed
+    assert kwargs["warm"].knobs == KNOBS and kwargs["warm_steps_ms"] == tuple(result.trial_steps_ms)
+    assert len(result.trial_steps_ms) == 1 and result.trial_steps_ms[0] >= 500
