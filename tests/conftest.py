@@ -5,6 +5,7 @@ that use a database server's fixture are marked for it (`postgres`, `mysql`), so
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -204,3 +205,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def slow_foreach_adamw(monkeypatch, seconds: float) -> None:
+    """Fault: AdamW's foreach path sleeps `seconds` more per step, its for-loop path (the
+    reference's) does not. A sleep is a slowdown that load on a busy machine cannot shorten."""
+    original = torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):
+        if self.param_groups[0].get("foreach"):
+            time.sleep(seconds)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 
 import optuna
 import pytest
 import torch
+from conftest import slow_foreach_adamw
 
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
@@ -156,15 +156,8 @@ def test_the_probe_compares_a_few_samples_and_times_the_reference_once_per_study
 def _slow_foreach_steps(monkeypatch) -> None:
     """Fault: AdamW's foreach path (the trial's) takes 250 ms more per step, the reference's
     for-loop path does not: over 5x the reference's ~10 ms step even when a busy machine (CI's two
-    workers on two cores) stretches the reference several times; a sleep load does not shorten."""
-    original = torch.optim.AdamW.step
-
-    def step(self, *args, **kwargs):
-        if self.param_groups[0].get("foreach"):
-            time.sleep(0.25)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    workers on two cores) stretches the reference several times."""
+    slow_foreach_adamw(monkeypatch, 0.25)
 
 
 @pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 200x

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import toy_config
+from conftest import slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
@@ -203,20 +203,11 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
     model (one step after an untimed one, as probe_first's sweep does), finds it over the limit, and
     the proof it runs gets that very model and those very steps: its first round times no step of
     the knobs again."""
-    import time
-
     import hpo.verify.probe as probe
     from hpo.verify.cache import MemoryVerdicts
     from hpo.verify.steady import ONE_STEP
 
-    original = torch.optim.AdamW.step
-
-    def slow_foreach(self, *args, **kwargs):
-        if self.param_groups[0].get("foreach"):
-            time.sleep(0.5)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", slow_foreach)
+    slow_foreach_adamw(monkeypatch, 0.5)
     handed: list[dict] = []
     prove = probe.prove_slow
 
