@@ -13,9 +13,9 @@ steps at the timed shape first, then repeats until the fastest agree, or a cap):
 slow only if the knobs' fastest step is over the limit against the reference's fastest after every
 round, so neither a machine busier than when the reference was first timed nor a burst of load
 makes a value look slow. A burst would have to slow every step of the knobs and spare the
-reference's timings between them. When the
-reference's own steps disagree by more than MAX_REFERENCE_SPREAD, this machine cannot tell a slow
-value from its own noise: nothing is judged, and the proof says why.
+reference's timings between them. When the reference's own steps disagree by more than
+MAX_REFERENCE_SPREAD, this machine cannot tell a slow value from its own noise: nothing is judged,
+and the proof says why.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def _slow_in_every_round(
     and until the knobs' steps are steady under `policy`; a verdict only if the knobs were over the
     limit after every round. `warm_steps_ms` not None: `assembled` is warm, and those steps, timed
     on it just now, are its first round's."""
-    one_step = dataclasses.replace(policy, min_repeats=1, max_repeats=1, window=1)
+    one_step = policy.one_step()
     reference_steps: list[float] = []
     knobs_steps: list[float] = list(warm_steps_ms or ())
     warm = warm_steps_ms is not None

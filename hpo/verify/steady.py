@@ -74,6 +74,11 @@ class TimingPolicy:
             or (len(times_ms) >= self.min_repeats and timed.spread <= self.steady_spread)
         )
 
+    def one_step(self) -> TimingPolicy:
+        """This policy's untimed steps, then one timed step: a first look (an upper bound of the
+        step time), or one round's step of an interleaved timing."""
+        return dataclasses.replace(self, min_repeats=1, max_repeats=1, window=1)
+
     def timed_only(self) -> TimingPolicy:
         """This policy without its untimed steps: for a model already stepped at the timed shape
         (a later round of interleaved or repeated timings)."""
@@ -86,7 +91,7 @@ DEFAULT_POLICY = TimingPolicy()
 # DEFAULT_POLICY (`hpo.app.probe_first`). A single step is an upper bound of the step time (noise
 # only adds time), so it can clear a combination of `slow`, never convict it: that is the steady
 # proof's (`hpo.verify.slow_proof`).
-ONE_STEP = TimingPolicy(min_repeats=1, max_repeats=1, window=1)
+ONE_STEP = DEFAULT_POLICY.one_step()
 
 
 @dataclass(frozen=True)
