@@ -58,6 +58,9 @@ def _run(space: dict, name: str, strategy: str, work: Path, env: dict) -> dict:
         "raced_s": round(decided.get("timed_again_s", 0.0), 2),
         "race_timings": decided.get("timings"),
         "rows_from_machine": decided.get("from_machine"),
+        # Precisions whose stored race a faster confirming step discarded (raced afresh): why a
+        # repeated study timed more than its front runners once.
+        "stored_discarded": sorted(decided.get("discarded") or {}),
         "dropped": len(decided.get("dropped", [])),
         "kept": [k["knobs"] for k in decided.get("kept", [])],
         "best": min(done) if done else None,

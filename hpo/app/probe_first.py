@@ -157,6 +157,7 @@ def make_decision(
         "tie_margin": TIE_MARGIN,
         "dropped": race.dropped,
         "confirmed": race.confirmed,
+        "discarded": race.discarded,
         "from_machine": sum(r.from_machine for r in rows),
     }
 
@@ -176,6 +177,7 @@ def _confirm(race: Race, precision: str, keys: list[str], prior: dict, keep: int
     now = {k: time_one(k) for k in front}
     noise = 1 + max(TIE_MARGIN, POLICY.steady_spread)
     if any(now[k] * noise < min(stored[k]) for k in front):
+        race.discarded[precision] = {k: {"confirming_ms": now[k], "stored_fastest_ms": min(stored[k])} for k in front}
         return {k: [now[k]] if k in now else [] for k in keys}
     race.confirmed[precision] = now
     return {k: [*stored[k], now[k]] if k in now else stored[k] for k in keys}
@@ -205,6 +207,9 @@ class Race:
     dropped: list[dict] = field(default_factory=list)
     # Per precision decided from this machine's stored times: the confirming timings (ms).
     confirmed: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per precision whose stored times a faster confirming step showed were not this machine's
+    # speed: each front runner's confirming and stored fastest timing (ms); it was raced afresh.
+    discarded: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
 
 def raced_times(

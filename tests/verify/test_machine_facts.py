@@ -135,7 +135,7 @@ def test_a_stored_race_is_confirmed_by_one_timing_of_its_front_runner():
     assert [(d["knobs"]["attention"], d["round"]) for d in decided["dropped"]] == [("sdpa", 2)]
     assert "stored on this machine" in decided["dropped"][0]["reason"]
     assert decided["ranking"][0]["times_ms"] == [10.0, 10.1, 10.0, 10.1]  # the stored repeats and the confirming one
-    assert decided["timings"] == 1
+    assert decided["timings"] == 1 and decided["discarded"] == {}
 
 
 @pytest.mark.parametrize("now", [20.2, 14.0], ids=["busier-machine", "one-slow-step"])
@@ -153,5 +153,6 @@ def test_a_confirming_step_faster_than_this_machine_ever_was_races_anew_without_
     now = {"forloop": 5.0, "fused": 5.1, "sdpa": 5.0}
     decided = probe_first.make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer(now, seen))
     assert decided["confirmed"] == {} and "sdpa" in seen  # sdpa, out on the stored times, races again
+    assert decided["discarded"] == {"fp32": {"fp32/eager/forloop/False/False": {"confirming_ms": 5.0, "stored_fastest_ms": 10.0}}}
     assert all(max(line["times_ms"]) <= 5.1 for line in decided["ranking"])  # nothing stored is raced on
     assert not [d for d in decided["dropped"] if "stored on this machine" in d["reason"]]
