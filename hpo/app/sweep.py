@@ -57,6 +57,7 @@ class SweepRow:
     loss_rel_err: float | None
     grad_rel_err: float | None
     cached: bool
+    slowdown_at_least: bool = False  # the step was stopped past the slow limit: a lower bound
     loss_bound: float | None = None  # the bounds the errors were judged against, measured on this model
     grad_bound: float | None = None
     # This machine's facts (`hpo.verify.machine_facts`): the entry's key, whether the row was read
@@ -278,6 +279,7 @@ def _probe_one(
         verdict=str(verdict),
         samples_per_s=1000 * batch_size / step_ms if ok and step_ms else None,
         slowdown=(speed or {}).get("slowdown"),
+        slowdown_at_least=bool((speed or {}).get("trial_step_stopped")),
         peak_mem_mb=record.get("peak_mem_mb"),
         loss_rel_err=record.get("loss_rel_err"),
         grad_rel_err=record.get("grad_rel_err"),
@@ -313,7 +315,11 @@ def table(rows: list[SweepRow]) -> str:
     ]
     body = [
         [str(r.knobs[k]) for k in KNOB_NAMES]
-        + [_fmt(r.samples_per_s, "{:.1f}"), _fmt(r.slowdown, "{:.2f}"), _fmt(r.peak_mem_mb, "{:.0f}")]
+        + [
+            _fmt(r.samples_per_s, "{:.1f}"),
+            _fmt(r.slowdown, ">={:.2f}" if r.slowdown_at_least else "{:.2f}"),
+            _fmt(r.peak_mem_mb, "{:.0f}"),
+        ]
         + ([_fmt(r.predicted_peak_mb, "{:.0f}"), _fmt(r.largest_batch, "{}")] if memory else [])
         + [_fmt(r.loss_rel_err, "{:.1e}"), _fmt(r.grad_rel_err, "{:.1e}"), _fmt(r.grad_bound, "{:.1e}"), r.verdict[:70]]
         for r in rows

@@ -28,6 +28,9 @@ class ProbeResult:
     reference_step_ms: float | None = None
     trial_step_ms: float | None = None  # the fastest of the timed steady steps
     trial_steps_ms: list[float] | None = None  # every timed step, after the untimed ones (`hpo.verify.steady`)
+    # trial_step_ms (and slowdown) are a lower bound: the step was stopped past the slow limit, and
+    # proven slow (`hpo.verify.step_deadline`).
+    trial_step_stopped: bool = False
     peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
     observed: dict = field(default_factory=dict)
     probe_s: float = 0.0
@@ -69,7 +72,8 @@ class ProbeResult:
         if self.trial_step_ms is None or not self.ok:
             return None
         verdict = self.slow or Verdict(Kind.OK)
-        return speed_fact(verdict, self.slowdown, self.trial_step_ms, batch_size, self.trial_steps_ms)
+        fact = speed_fact(verdict, self.slowdown, self.trial_step_ms, batch_size, self.trial_steps_ms)
+        return {**fact, "trial_step_stopped": True} if self.trial_step_stopped else fact
 
 
 def speed_fact(

@@ -30,13 +30,16 @@ class SlowLimit:
     def slowdown(self, step_ms: float) -> float:
         return step_ms / self.reference_ms
 
-    def verdict(self, knobs: Knobs, step_ms: float) -> Verdict | None:
-        """A `slow` verdict for a trial whose fastest steady step took `step_ms`, or None."""
+    def verdict(self, knobs: Knobs, step_ms: float, at_least: bool = False) -> Verdict | None:
+        """A `slow` verdict for a trial whose fastest steady step took `step_ms` (`at_least`: or
+        longer, the step having been stopped past the limit), or None."""
         slowdown = self.slowdown(step_ms)
         if slowdown <= self.ratio:
             return None
+        over = "at least " if at_least else ""
+        stopped = ", stopped there" if at_least else ""
         detail = (
-            f"{slowdown:.1f}x the fp32/eager step time at batch {self.batch_size} on this device "
-            f"({step_ms:.0f} ms vs {self.reference_ms:.0f} ms; limit {self.ratio}x)"
+            f"{over}{slowdown:.1f}x the fp32/eager step time at batch {self.batch_size} on this device "
+            f"({over}{step_ms:.0f} ms{stopped} vs {self.reference_ms:.0f} ms; limit {self.ratio}x)"
         )
         return Verdict.make(Kind.SLOW, detail, [*differing_from_reference(knobs), ("batch_size", self.batch_size)])

@@ -32,6 +32,7 @@ import torch
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.hardware.runtime import synchronize
+from hpo.verify.step_deadline import Outlasted, StepDeadline, deadline_for
 from hpo.workloads.base import Batch
 
 __all__ = ["DEFAULT_POLICY", "ONE_STEP", "StepTimes", "TimingPolicy", "time_model", "time_steps", "timed_step"]
@@ -96,11 +97,14 @@ ONE_STEP = DEFAULT_POLICY.one_step()
 
 @dataclass(frozen=True)
 class StepTimes:
-    """The timed steps (ms, in the order run), after `warmup_steps` untimed ones."""
+    """The timed steps (ms, in the order run), after `warmup_steps` untimed ones; `outlasted_ms`:
+    the timing ended at a step stopped past its bound (`time_model`'s `stop_past_ms`) after this
+    long, a lower bound of that step's time, not in `times_ms`."""
 
     times_ms: tuple[float, ...]
     warmup_steps: int
     window: int = DEFAULT_POLICY.window
+    outlasted_ms: float | None = None
 
     @property
     def best_ms(self) -> float:
@@ -117,19 +121,30 @@ class StepTimes:
         return (fastest[-1] - fastest[0]) / fastest[0] if fastest[0] > 0 else 0.0
 
     def record(self) -> dict:
-        return {"times_ms": list(self.times_ms), "warmup_steps": self.warmup_steps, "spread": self.spread}
+        stopped = {} if self.outlasted_ms is None else {"outlasted_ms": self.outlasted_ms}
+        return {"times_ms": list(self.times_ms), "warmup_steps": self.warmup_steps, "spread": self.spread, **stopped}
 
 
-def time_steps(step: Callable[[], None], device: torch.device, policy: TimingPolicy = DEFAULT_POLICY) -> StepTimes:
-    """Time `step` (one whole training step) under `policy`: its untimed steps, then repeats."""
+def time_steps(
+    step: Callable[[], None],
+    device: torch.device,
+    policy: TimingPolicy = DEFAULT_POLICY,
+    deadline: StepDeadline | None = None,
+) -> StepTimes:
+    """Time `step` (one whole training step) under `policy`: its untimed steps, then repeats. With
+    `deadline`, each step stops once past its bound: an untimed one is simply over, a timed one
+    ends the timing (`StepTimes.outlasted_ms`)."""
     for _ in range(policy.warmup_steps):
-        step()
+        _stoppable(step, deadline, time.perf_counter())
     times: list[float] = []
     while len(times) < policy.max_repeats:
         synchronize(device)
         start = time.perf_counter()
-        step()
+        finished = _stoppable(step, deadline, start)
         synchronize(device)
+        if not finished:
+            outlasted = 1000 * (time.perf_counter() - start)
+            return StepTimes(tuple(times), policy.warmup_steps, policy.window, outlasted_ms=outlasted)
         times.append(1000 * (time.perf_counter() - start))
         # Past max_timed_s, even short of min_repeats: a step that slow is not made faster by
         # repeating it (noise only adds time), and on a CPU that emulates bf16 (15-40x slower)
@@ -139,12 +154,30 @@ def time_steps(step: Callable[[], None], device: torch.device, policy: TimingPol
     return StepTimes(tuple(times), policy.warmup_steps, policy.window)
 
 
-def time_model(assembled: AssembledModel, batch: Batch, policy: TimingPolicy = DEFAULT_POLICY) -> StepTimes:
-    """The training steps of `assembled` on `batch` (updates included), in train mode, as it trains."""
+def _stoppable(step: Callable[[], None], deadline: StepDeadline | None, start: float) -> bool:
+    """Run `step`; False when `deadline` stopped it."""
+    if deadline is None:
+        step()
+        return True
+    try:
+        with deadline.armed(start):
+            step()
+    except Outlasted:
+        return False
+    return True
+
+
+def time_model(
+    assembled: AssembledModel, batch: Batch, policy: TimingPolicy = DEFAULT_POLICY, stop_past_ms: float | None = None
+) -> StepTimes:
+    """The training steps of `assembled` on `batch` (updates included), in train mode, as it trains.
+    `stop_past_ms`: a step still running after this long is stopped (`hpo.verify.step_deadline`;
+    never a compiled model's), for a timing that only asks whether the steps are over it."""
     moved = assembled.move(batch)
     assembled.model.train()
     counter = iter(range(1, 1_000_000))
-    return time_steps(lambda: timed_step(assembled, moved, next(counter)), assembled.device, policy)
+    with deadline_for(assembled.model, stop_past_ms, compiled=assembled.knobs.compile) as deadline:
+        return time_steps(lambda: timed_step(assembled, moved, next(counter)), assembled.device, policy, deadline)
 
 
 def timed_step(assembled: AssembledModel, batch: Batch, step: int) -> None:

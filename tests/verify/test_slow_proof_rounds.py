@@ -7,6 +7,7 @@ counts are written out: a test that read them from PROOF_ROUNDS would pass whate
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ def _prove(monkeypatch, slow_rounds: set[int]) -> tuple[object, list[float]]:
     workload = create_workload(config.workload, config.workload_options)
     knob_times: list[float] = []
 
-    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+    def scripted(assembled, batch, policy=DEFAULT_POLICY, stop_past_ms=None) -> StepTimes:
         if assembled.knobs == REFERENCE_KNOBS:
             ms = REFERENCE_MS
         else:
@@ -76,7 +77,7 @@ def test_only_the_first_round_runs_untimed_steps(monkeypatch):
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)
 
-    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+    def scripted(assembled, batch, policy=DEFAULT_POLICY, stop_past_ms=None) -> StepTimes:
         policies.append((assembled.knobs == REFERENCE_KNOBS, policy.warmup_steps))
         ms = REFERENCE_MS if assembled.knobs == REFERENCE_KNOBS else BURST_MS
         return StepTimes((ms,) * policy.window, policy.warmup_steps, policy.window)
@@ -104,7 +105,7 @@ def test_a_warm_model_of_the_whole_combination_is_timed_without_a_build_or_an_un
         built.append(knobs)
         return build(workload, config, knobs, device)
 
-    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+    def scripted(assembled, batch, policy=DEFAULT_POLICY, stop_past_ms=None) -> StepTimes:
         if assembled is warm:
             warmups.append(policy.warmup_steps)
         ms = REFERENCE_MS if assembled.knobs == REFERENCE_KNOBS else BURST_MS
@@ -117,22 +118,24 @@ def test_a_warm_model_of_the_whole_combination_is_timed_without_a_build_or_an_un
     assert built == [REFERENCE_KNOBS] and warmups == [0, 0, 0], (built, warmups)
 
 
-def _stepwise(monkeypatch, knobs_ms: list[float]):
+def _stepwise(monkeypatch, knobs_ms: list[float], reference_ms=None, limit_ms: float = REFERENCE_MS):
     """prove_slow with every step counted as `time_steps` would take it under the policy it is
     given (untimed steps, then timed ones until `policy.settled`): the reference's steps at
-    REFERENCE_MS, the knobs' from `knobs_ms` in turn (its last value once they run out). Returns
-    the proof and the steps in the order run, as (side, timed ms or None for an untimed step)."""
+    REFERENCE_MS (or `reference_ms(steps so far)`), the knobs' from `knobs_ms` in turn (its last
+    value once they run out). Returns the proof and the steps in the order run, as (side, timed ms
+    or None for an untimed step)."""
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)
     steps: list[tuple[str, float | None]] = []
     knobs_left = list(knobs_ms)
+    reference_ms = reference_ms or (lambda steps: REFERENCE_MS)
 
-    def stepped(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+    def stepped(assembled, batch, policy=DEFAULT_POLICY, stop_past_ms=None) -> StepTimes:
         side = "reference" if assembled.knobs == REFERENCE_KNOBS else "knobs"
         steps.extend((side, None) for _ in range(policy.warmup_steps))
         times: list[float] = []
         while len(times) < policy.max_repeats:
-            ms = REFERENCE_MS if side == "reference" else (knobs_left.pop(0) if len(knobs_left) > 1 else knobs_left[0])
+            ms = reference_ms(steps) if side == "reference" else (knobs_left.pop(0) if len(knobs_left) > 1 else knobs_left[0])
             times.append(ms)
             steps.append((side, ms))
             if policy.settled(times):
@@ -140,7 +143,7 @@ def _stepwise(monkeypatch, knobs_ms: list[float]):
         return StepTimes(tuple(times), policy.warmup_steps, policy.window)
 
     monkeypatch.setattr(speed, "time_model", stepped)
-    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    limit = SlowLimit(reference_ms=limit_ms, ratio=5.0, batch_size=config.training.batch_size)
     return speed.prove_slow(workload, config, CPU, limit), steps
 
 
@@ -183,7 +186,7 @@ def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(mon
     warm = AssembledModel(workload, KNOBS, config.training, CPU)
     calls: list[tuple[str, int, int]] = []
 
-    def scripted(assembled, batch, policy=DEFAULT_POLICY) -> StepTimes:
+    def scripted(assembled, batch, policy=DEFAULT_POLICY, stop_past_ms=None) -> StepTimes:
         side = "reference" if assembled.knobs == REFERENCE_KNOBS else "warm" if assembled is warm else "built"
         calls.append((side, policy.warmup_steps, policy.max_repeats))
         ms = REFERENCE_MS if side == "reference" else BURST_MS
@@ -191,7 +194,7 @@ def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(mon
 
     monkeypatch.setattr(speed, "time_model", scripted)
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
-    proof = speed.prove_slow(workload, config, CPU, limit, warm=warm, warm_steps_ms=(BURST_MS,))
+    proof = speed.prove_slow(workload, config, CPU, limit, warm=warm, warm_timing=StepTimes((BURST_MS,), 1, 1))
     assert proof.verdict is not None
     steady, again = (1, DEFAULT_POLICY.max_repeats), (0, DEFAULT_POLICY.max_repeats)
     assert calls == [("reference", *steady), ("reference", *again), ("warm", 0, 1), ("reference", *again), ("warm", 0, 1)]
@@ -221,5 +224,120 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
     result = probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP)
     assert result.slow is not None and result.slow.kind is Kind.SLOW, (result.slow, result.slow_not_judged)
     (kwargs,) = handed
-    assert kwargs["warm"].knobs == KNOBS and kwargs["warm_steps_ms"] == tuple(result.trial_steps_ms)
+    assert kwargs["warm"].knobs == KNOBS and kwargs["warm_timing"].times_ms == tuple(result.trial_steps_ms)
     assert len(result.trial_steps_ms) == 1 and result.trial_steps_ms[0] >= 500
+
+
+def _sleeping_sdpa(monkeypatch, seconds: float) -> list[int]:
+    """Fault: SDPA sleeps `seconds` a call (the toy calls it once per block, two a step); the
+    reference's eager attention does not. Returns the calls, one entry each."""
+    calls: list[int] = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def sleeping(*args, **kwargs):
+        calls.append(1)
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sleeping)
+    return calls
+
+
+SDPA_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="forloop")
+# A toy with 4x the tokens and 4x the width of the default: its 5 ms reference steps read 27-41%
+# apart beside the 300 ms sleeps (judged on the 3 fastest of all rounds), and the proof judges
+# nothing on a reference that noisy.
+LONGER = {"seq_len": 64, "d_model": 128}
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_knobs_steps_are_stopped_past_the_limit_and_the_verdict_says_at_least(monkeypatch):
+    """Fault: SDPA sleeps 300 ms a call. Each step of the knobs stops at the first module after the
+    first block's attention (one call, not the step's two), since 300 ms is past 5x the toy's
+    reference already: the untimed step and 3 rounds are 4 calls, where whole steps made 8."""
+    calls = _sleeping_sdpa(monkeypatch, 0.3)
+    config = toy_config(SDPA_KNOBS, **LONGER)
+    workload = create_workload(config.workload, config.workload_options)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    proof = speed.prove_slow(workload, config, CPU, limit)
+    assert proof.verdict is not None, proof.not_judged
+    assert dict(proof.verdict.implicates) == {"attention": "sdpa", "batch_size": 16}
+    assert proof.verdict.detail.startswith("at least ") and "stopped there" in proof.verdict.detail, proof.verdict
+    assert len(calls) == 4, calls
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_probe_stops_a_slow_step_at_the_limit_and_records_its_time_as_a_lower_bound(monkeypatch):
+    import hpo.verify.probe as probe
+    from hpo.verify.cache import MemoryVerdicts
+    from hpo.verify.steady import ONE_STEP
+
+    calls = _sleeping_sdpa(monkeypatch, 0.3)
+    config = dataclasses.replace(toy_config(SDPA_KNOBS, **LONGER), skip_slow=True)
+    workload = create_workload(config.workload, config.workload_options)
+    result = probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP)
+    assert result.slow is not None and result.slow.detail.startswith("at least "), (result.slow, result.slow_not_judged)
+    assert result.trial_step_stopped and result.trial_steps_ms == [] and result.trial_step_ms >= 300
+    assert result.speed_record(config.training.batch_size)["trial_step_stopped"] is True
+    # The compared step runs both blocks (2 calls), then the probe's untimed and timed steps and the
+    # proof's 2 more rounds stop after one each: a whole step each would have been 2 more calls each.
+    assert len(calls) == 2 + 4, calls
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_probe_step_stopped_against_a_quieter_reference_is_timed_whole_when_the_proof_clears_it():
+    """Fault: the stored reference time is 1 us (timed, say, when the machine was idle), so the
+    probe's step of plain knobs is stopped at once; timed beside the reference now they are not
+    slow, and the probe records a whole step of them, not the stopped one."""
+    import hpo.verify.probe as probe
+    from hpo.verify.cache import MemoryVerdicts, reference_key
+
+    config = dataclasses.replace(toy_config(KNOBS), skip_slow=True)
+    workload = create_workload(config.workload, config.workload_options)
+    store = MemoryVerdicts()
+    store.put(reference_key(config, CPU), {"step_ms": 0.001})
+    result = probe.run_probe(workload, config, CPU, store)
+    assert result.slow is None and result.slow_not_judged is None
+    assert not result.trial_step_stopped and result.trial_steps_ms and result.trial_step_ms == min(result.trial_steps_ms)
+
+
+def test_a_probe_step_stopped_short_of_the_limit_now_is_timed_again_in_the_first_round(monkeypatch):
+    """The probe stops its step against the stored reference time; timed anew in the proof, the
+    reference is slower (say 10% here), and the stopped step's time, under the limit now, shows
+    neither slow nor not: the first round times a step of the knobs instead of clearing them."""
+    from hpo.engine.assembly import AssembledModel
+
+    config = toy_config(KNOBS)
+    workload = create_workload(config.workload, config.workload_options)
+    warm = AssembledModel(workload, KNOBS, config.training, CPU)
+    stopped_short = StepTimes((), 0, 1, outlasted_ms=REFERENCE_MS * 5.0 + 1)  # over the stored limit only
+    calls: list[tuple[str, float | None]] = []
+
+    def scripted(assembled, batch, policy=DEFAULT_POLICY, stop_past_ms=None) -> StepTimes:
+        side = "reference" if assembled.knobs == REFERENCE_KNOBS else "knobs"
+        calls.append((side, stop_past_ms))
+        if side == "reference":
+            return StepTimes((1.1 * REFERENCE_MS,) * policy.window, policy.warmup_steps, policy.window)
+        return StepTimes((), policy.warmup_steps, 1, outlasted_ms=stop_past_ms + 1)
+
+    monkeypatch.setattr(speed, "time_model", scripted)
+    limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
+    proof = speed.prove_slow(workload, config, CPU, limit, warm=warm, warm_timing=stopped_short)
+    assert proof.verdict is not None and proof.verdict.detail.startswith("at least ")
+    knobs = [bound for side, bound in calls if side == "knobs"]
+    assert knobs == [pytest.approx(55.0)] * 3, calls  # 3 rounds timed here, each stopped past 5 x 11 ms
+
+
+def test_a_reference_step_over_the_policys_time_cap_is_still_timed_steady_in_the_first_round(monkeypatch):
+    """A MiniLM reference step on one AVX2 core takes 1.2 s, over `max_timed_s`, and a reference
+    step right after a long step of the knobs runs slower (1724 ms against 1268 ms seen). Timed once
+    a round, the reference's steps spread 36% and the proof judged nothing, so bf16 at 15x was kept.
+    Scripted here: 1000 ms steps, 1400 ms right after the knobs' (20 s) step."""
+
+    def reference_ms(steps) -> float:
+        return 1400.0 if steps and steps[-1][0] == "knobs" else 1000.0
+
+    proof, steps = _stepwise(monkeypatch, [20_000.0], reference_ms, limit_ms=1000.0)
+    assert proof.not_judged is None and proof.verdict is not None, proof
+    first_round = [ms for side, ms in steps[: steps.index(("knobs", None))] if ms is not None]
+    assert first_round == [1000.0, 1000.0, 1000.0], steps
