@@ -52,6 +52,20 @@ def toy_config(
     )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _never_the_users_machine_facts(tmp_path_factory):
+    """A store of this machine's facts for the session, before any module-scoped fixture runs: the
+    per-test one below is set up after those, and a module fixture's `hpo probe` subprocess wrote
+    its fp16 verdict into ~/.cache/hpo/machine-facts."""
+    saved = os.environ.get("HPO_MACHINE_FACTS")
+    os.environ["HPO_MACHINE_FACTS"] = str(tmp_path_factory.getbasetemp() / "machine-facts-session")
+    yield
+    if saved is None:
+        os.environ.pop("HPO_MACHINE_FACTS", None)
+    else:
+        os.environ["HPO_MACHINE_FACTS"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _own_machine_facts(tmp_path_factory):
     """Each test its own empty store of this machine's facts (`hpo.verify.machine_facts`), never the
