@@ -234,8 +234,8 @@ def _time_trial(
         proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial, warm_timing=timed)
         result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
         if stopped and proof.verdict is None:
-            # Not slow after all (the machine was busier than when the reference was timed): a
-            # stopped step is no step time, so the knobs' own is taken whole.
+            # Not proven slow (the reference is slower now than when it was stored, or too noisy
+            # to judge against): a stopped step is no step time, so the knobs' own is taken whole.
             timed = time_model(trial, batch, policy.timed_only())
             stopped = False
     result.trial_step_stopped = stopped

@@ -171,9 +171,9 @@ def _slow_in_every_round(
 
 def _decides(timing: StepTimes, over_ms: float) -> bool:
     """Whether a timing taken before this round can stand for its step of the knobs: whole steps
-    can, and a step stopped past `over_ms`; none (a warm model handed on untimed) cannot, nor a step
-    stopped earlier (against a stored reference time
-    below the reference's time now) only shows it ran that long, neither over nor under."""
+    can, and a step stopped past `over_ms`. No steps (a warm model handed on untimed) cannot, nor
+    a step stopped short of `over_ms` (`hpo probe` stops against the stored reference time, which
+    can be below the reference's time now): it only shows the step ran that long."""
     return bool(timing.times_ms) or (timing.outlasted_ms is not None and timing.outlasted_ms > over_ms)
 
 
