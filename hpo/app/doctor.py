@@ -67,6 +67,8 @@ def machine_facts() -> dict:
                 "verdict": (entry.get("verdict") or {}).get("verdict"),
                 "speed": speed.get("verdict"),
                 "step_ms": speed.get("trial_step_ms"),
+                # step_ms is a lower bound: the step was stopped past the slow limit.
+                "step_stopped": bool(speed.get("trial_step_stopped")),
                 "raced_ms": entry.get("raced_ms"),
                 "at": entry.get("at"),
             }

@@ -156,3 +156,26 @@ def test_a_confirming_step_faster_than_this_machine_ever_was_races_anew_without_
     assert decided["discarded"] == {"fp32": {"fp32/eager/forloop/False/False": {"confirming_ms": 5.0, "stored_fastest_ms": 10.0}}}
     assert all(max(line["times_ms"]) <= 5.1 for line in decided["ranking"])  # nothing stored is raced on
     assert not [d for d in decided["dropped"] if "stored on this machine" in d["reason"]]
+
+
+@pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 100x
+def test_hpo_doctor_lists_each_stored_fact_and_says_when_a_step_time_is_a_lower_bound(monkeypatch):
+    """Fault: SDPA sleeps 300 ms a call, so the sweep proves sdpa slow on steps stopped past the
+    limit; `hpo doctor`'s listing shows both stored combinations, and sdpa's step time as a lower
+    bound (`step_stopped`), never as a step time."""
+    import time
+
+    import torch
+
+    from hpo.app.doctor import machine_facts
+
+    original = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: time.sleep(0.3) or original(*a, **k))
+    rows = sweep(_space(seq_len=64, d_model=128), MemoryVerdicts(), machine=MachineFacts())
+    listed = {row["knobs"]["attention"]: row for row in machine_facts()["entries"]}
+    assert set(listed) == {"eager", "sdpa"}, listed
+    sdpa = listed["sdpa"]
+    assert sdpa["speed"].startswith("slow: at least") and sdpa["step_stopped"] is True and sdpa["step_ms"] >= 300, sdpa
+    eager = listed["eager"]
+    assert eager["verdict"] == "ok" and eager["step_stopped"] is False and eager["step_ms"] > 0, eager
+    assert [r.slowdown_at_least for r in rows] == [r.knobs["attention"] == "sdpa" for r in rows]
