@@ -171,7 +171,12 @@ def test_hpo_doctor_lists_each_stored_fact_and_says_when_a_step_time_is_a_lower_
 
     original = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: time.sleep(0.3) or original(*a, **k))
-    rows = sweep(_space(seq_len=64, d_model=128), MemoryVerdicts(), machine=MachineFacts())
+    # A reference too noisy to judge against gives no verdict, by design (two test workers on two
+    # cores): swept again then, at most four times, replacing what was stored (`fresh`).
+    for attempt in range(5):
+        rows = sweep(_space(seq_len=64, d_model=128), MemoryVerdicts(), machine=MachineFacts(fresh=attempt > 0))
+        if any(r.verdict.startswith("slow") for r in rows):
+            break
     listed = {row["knobs"]["attention"]: row for row in machine_facts()["entries"]}
     assert set(listed) == {"eager", "sdpa"}, listed
     sdpa = listed["sdpa"]

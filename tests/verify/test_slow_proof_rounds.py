@@ -16,6 +16,7 @@ from conftest import slow_foreach_adamw, toy_config
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
 from hpo.verify import slow_proof as speed
+from hpo.verify import steady
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.slow import SlowLimit
 from hpo.verify.steady import DEFAULT_POLICY, StepTimes
@@ -226,28 +227,50 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
     (kwargs,) = handed
     assert kwargs["warm"].knobs == KNOBS and kwargs["warm_timing"].times_ms == tuple(result.trial_steps_ms)
     assert len(result.trial_steps_ms) == 1 and result.trial_steps_ms[0] >= 500
-    # The sleep is in the optimizer step, after the last check a deadline makes (a parameter's
-    # gradient): as with GPU kernels still queued when the host passed its last check, the step
-    # ends whole, and the verdict gives its time, not a lower bound.
-    assert not result.trial_step_stopped and not result.slow.detail.startswith("at least"), result.slow
 
 
 def _sleeping_sdpa(monkeypatch, seconds: float) -> list[int]:
     """Fault: SDPA sleeps `seconds` a call (the toy calls it once per block, two a step); the
-    reference's eager attention does not. Returns the calls, one entry each."""
+    reference's eager attention does not. Returns, per timed or untimed step of the SDPA knobs,
+    how many SDPA calls it made: 1 for a step stopped after the first block, 2 for a whole one."""
     calls: list[int] = []
+    per_step: list[int] = []
     original = torch.nn.functional.scaled_dot_product_attention
+    step = steady.timed_step
 
     def sleeping(*args, **kwargs):
         calls.append(1)
         time.sleep(seconds)
         return original(*args, **kwargs)
 
+    def counted(assembled, batch, index):
+        before = len(calls)
+        try:
+            step(assembled, batch, index)
+        finally:
+            if assembled.knobs.attention == "sdpa":
+                per_step.append(len(calls) - before)
+
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sleeping)
-    return calls
+    monkeypatch.setattr(steady, "timed_step", counted)
+    return per_step
 
 
 SDPA_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="forloop")
+
+
+def _judged(prove):
+    """`prove()` (a proof or a probe), asked again at most four times while its reference was too
+    noisy to judge against (`not judged`, by design): on a 2-core host running two test workers,
+    the reference's fastest steps read 26-136% apart. A value never proven slow still fails."""
+    for _ in range(5):
+        result = prove()
+        why = getattr(result, "not_judged", None) or getattr(result, "slow_not_judged", None) or ""
+        if "reference spread" not in why:
+            return result
+    return result
+
+
 # A toy with 4x the tokens and 4x the width of the default: its 5 ms reference steps read 27-41%
 # apart beside the 300 ms sleeps (judged on the 3 fastest of all rounds), and the proof judges
 # nothing on a reference that noisy.
@@ -256,18 +279,18 @@ LONGER = {"seq_len": 64, "d_model": 128}
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_knobs_steps_are_stopped_past_the_limit_and_the_verdict_says_at_least(monkeypatch):
-    """Fault: SDPA sleeps 300 ms a call. Each step of the knobs stops at the first module after the
-    first block's attention (one call, not the step's two), since 300 ms is past 5x the toy's
-    reference already: the untimed step and 3 rounds are 4 calls, where whole steps made 8."""
-    calls = _sleeping_sdpa(monkeypatch, 0.3)
+    """Fault: SDPA sleeps 500 ms a call. Each step of the knobs stops at the first module after the
+    first block's attention (one call, not the step's two), since 500 ms is past 5x the toy's
+    reference already: the untimed step and at least 3 rounds, one call each."""
+    per_step = _sleeping_sdpa(monkeypatch, 0.5)
     config = toy_config(SDPA_KNOBS, **LONGER)
     workload = create_workload(config.workload, config.workload_options)
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
-    proof = speed.prove_slow(workload, config, CPU, limit)
+    proof = _judged(lambda: speed.prove_slow(workload, config, CPU, limit))
     assert proof.verdict is not None, proof.not_judged
     assert dict(proof.verdict.implicates) == {"attention": "sdpa", "batch_size": 16}
     assert proof.verdict.detail.startswith("at least ") and "stopped there" in proof.verdict.detail, proof.verdict
-    assert len(calls) == 4, calls
+    assert len(per_step) >= 4 and set(per_step) == {1}, per_step
 
 
 @pytest.mark.usefixtures("one_torch_thread")
@@ -276,16 +299,16 @@ def test_a_probe_stops_a_slow_step_at_the_limit_and_records_its_time_as_a_lower_
     from hpo.verify.cache import MemoryVerdicts
     from hpo.verify.steady import ONE_STEP
 
-    calls = _sleeping_sdpa(monkeypatch, 0.3)
+    per_step = _sleeping_sdpa(monkeypatch, 0.5)
     config = dataclasses.replace(toy_config(SDPA_KNOBS, **LONGER), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
-    result = probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP)
+    result = _judged(lambda: probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP))
     assert result.slow is not None and result.slow.detail.startswith("at least "), (result.slow, result.slow_not_judged)
     assert result.trial_step_stopped and result.trial_steps_ms == [] and result.trial_step_ms >= 300
     assert result.speed_record(config.training.batch_size)["trial_step_stopped"] is True
-    # The compared step runs both blocks (2 calls), then the probe's untimed and timed steps and the
-    # proof's 2 more rounds stop after one each: a whole step each would have been 2 more calls each.
-    assert len(calls) == 2 + 4, calls
+    # The probe's untimed and timed steps and the proof's rounds each stop after the first block's
+    # call (the compared step, whole, is no timed step).
+    assert len(per_step) >= 4 and set(per_step) == {1}, per_step
 
 
 @pytest.mark.usefixtures("one_torch_thread")
