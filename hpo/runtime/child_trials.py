@@ -18,13 +18,14 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
+from hpo.logging import get_logger
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.progress import report
 from hpo.runtime.budget import ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
 from hpo.runtime.child import run_one_trial
 from hpo.runtime.deadline import timeout_verdict
 from hpo.runtime.forkserver import start_forkserver
-from hpo.runtime.handed import SamplingFailed, ask_in_worker
+from hpo.runtime.handed import SamplingFailed, TakenOver, ask_in_worker
 from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.storage.optuna_compat import liveness, storage_of
@@ -34,6 +35,8 @@ from hpo.study.create import space_of
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["ChildTrials", "crash_verdict"]
+
+_log = get_logger(__name__)
 
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
@@ -91,6 +94,8 @@ class ChildTrials:
             self._run(trial_id, sampled_s, heartbeat)
         except ClaimLost:
             return  # the trial is failed and its ticket pays for another one
+        except TakenOver as taken:
+            _log.warning(f"{taken}: this worker goes on to its next trial")
         except SamplingFailed as failed:  # recorded on the trial, its retry queued, like an error in training
             self.notes(self.study, storage_of(self.study).get_trial(failed.trial_id))
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:

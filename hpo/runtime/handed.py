@@ -22,11 +22,11 @@ from optuna.trial import TrialState
 from hpo.config.space import SearchSpace
 from hpo.runtime.budget import BindOnStart
 from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
-from hpo.storage.optuna_compat import take_trial, trial_id_of
+from hpo.storage.optuna_compat import storage_of, take_trial, trial_id_of
 from hpo.study.create import open_hpo_study
 from hpo.study.suggest import suggest_config
 
-__all__ = ["HandedSampler", "SamplingFailed", "ask_in_worker", "open_handed"]
+__all__ = ["HandedSampler", "SamplingFailed", "TakenOver", "ask_in_worker", "open_handed"]
 
 
 class SamplingFailed(Exception):
@@ -37,13 +37,27 @@ class SamplingFailed(Exception):
         self.trial_id = trial_id
 
 
+class TakenOver(Exception):
+    """The trial ended elsewhere while its worker sampled it: another worker's stale-trial sweep
+    (`hpo.runtime.budget.recover`) failed it, its heartbeats having been late, and queued its retry.
+    It is no longer this worker's to record or run."""
+
+    def __init__(self, trial_id: int, state: TrialState):
+        super().__init__(
+            f"trial {trial_id} was ended ({state.name}) by another worker while this one sampled it; its retry is queued"
+        )
+        self.trial_id = trial_id
+
+
 def ask_in_worker(
     study: optuna.Study, space: SearchSpace, serial: int, on_start: Callable[[int], None], worker: str
 ) -> tuple[int, float]:
     """Create the ticket's trial and sample all its params in the worker; returns (trial id, seconds
     it took). `on_start(trial_id)` runs as soon as the trial exists (it binds the ticket, and may
     raise `ClaimLost`). A sampling error is the trial's, as it was in the trial process
-    (`GuardedObjective`: error verdict and traceback, retry queued), and the trial ends FAIL."""
+    (`GuardedObjective`: error verdict and traceback, retry queued), and the trial ends FAIL. A
+    trial another worker failed meanwhile raises `TakenOver`: its sampling can only fail then, and
+    telling it FAIL again would raise (seen on CI: `hpo worker` exited 70 on "Cannot tell a FAIL trial")."""
     study.sampler = BindOnStart(sampler_for_ticket(space, serial), on_start=on_start)
     began = time.perf_counter()
     with warnings.catch_warnings():
@@ -53,6 +67,9 @@ def ask_in_worker(
     try:
         GuardedObjective(lambda t: suggest_config(t, space), worker=worker)(trial)
     except Exception:  # noqa: BLE001 - GuardedObjective recorded it on the trial and queued its retry
+        state = storage_of(study).get_trial(trial_id_of(trial)).state
+        if state.is_finished():
+            raise TakenOver(trial_id_of(trial), state) from None
         study.tell(trial, state=TrialState.FAIL)
         raise SamplingFailed(trial_id_of(trial)) from None
     return trial_id_of(trial), time.perf_counter() - began

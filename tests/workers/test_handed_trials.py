@@ -11,10 +11,12 @@ import pytest
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
+from hpo.runtime import handed
 from hpo.runtime.budget import bind_ticket, tickets_of
 from hpo.runtime.child import run_one_trial
 from hpo.runtime.handed import ask_in_worker
 from hpo.storage.open import open_storage
+from hpo.storage.optuna_compat import trial_id_of
 from hpo.study.create import open_hpo_study
 from worker_harness import STUDY, create_study, space_file
 
@@ -86,3 +88,28 @@ def test_the_trial_process_reads_no_trial_of_the_study_and_trains_with_the_param
     assert trained.user_attrs["config"]["params"]["lr"] == asked["lr"]  # what it trained with
     assert trained.user_attrs["phases_s"]["sample"] >= 0.01  # the worker's sampling time is the trial's
     assert tickets.state() == (EARLIER_TRIALS + 1, EARLIER_TRIALS + 1)
+
+
+def test_a_trial_failed_as_stale_while_its_worker_samples_it_is_left_to_its_retry(storage_url, tmp_path, monkeypatch):
+    """Fault: another worker's stale-trial sweep fails the trial while its worker is still sampling
+    it (its heartbeats came late under load). The worker must neither tell a FAIL trial (Optuna
+    raises "Cannot tell a FAIL trial": `hpo worker` exited 70 on CI) nor write over the sweep's record."""
+    create_study(space_file(tmp_path, n_trials=2), storage_url)
+    storage = open_storage(storage_url)
+    study, space = open_hpo_study(storage, STUDY)
+    tickets = tickets_of(study)
+    serial = tickets.claim()
+    sampled = handed.suggest_config
+
+    def failed_by_a_sweep_then_sampled(trial, space):
+        optuna.load_study(study_name=STUDY, storage=open_storage(storage_url))._storage.set_trial_state_values(
+            trial_id_of(trial), TrialState.FAIL
+        )
+        return sampled(trial, space)
+
+    monkeypatch.setattr(handed, "suggest_config", failed_by_a_sweep_then_sampled)
+    with pytest.raises(handed.TakenOver) as taken:
+        ask_in_worker(study, space, serial, lambda t: bind_ticket(study, tickets, serial, t), "test-worker")
+    trial = storage.get_trial(taken.value.trial_id)
+    assert trial.state == TrialState.FAIL
+    assert trial.params == {}  # the sweep's FAIL came first: nothing was sampled into it after
