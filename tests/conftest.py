@@ -221,6 +221,18 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+def judged_despite_noise(prove):
+    """`prove()` (a proof or a probe), asked again at most four times while its reference was too
+    noisy to judge against (`not judged`, by design): on a 2-core host running two test workers,
+    the reference's fastest steps read 26-136% apart. A value never proven slow still fails."""
+    for _ in range(5):
+        result = prove()
+        why = getattr(result, "not_judged", None) or getattr(result, "slow_not_judged", None) or ""
+        if "reference spread" not in why:
+            return result
+    return result
+
+
 def slow_foreach_adamw(monkeypatch, seconds: float) -> None:
     """Fault: AdamW's foreach path sleeps `seconds` more per step, its for-loop path (the
     reference's) does not. A sleep is a slowdown that load on a busy machine cannot shorten."""

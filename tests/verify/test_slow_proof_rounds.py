@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import slow_foreach_adamw, toy_config
+from conftest import judged_despite_noise, slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
@@ -259,18 +259,6 @@ def _sleeping_sdpa(monkeypatch, seconds: float) -> list[int]:
 SDPA_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="forloop")
 
 
-def _judged(prove):
-    """`prove()` (a proof or a probe), asked again at most four times while its reference was too
-    noisy to judge against (`not judged`, by design): on a 2-core host running two test workers,
-    the reference's fastest steps read 26-136% apart. A value never proven slow still fails."""
-    for _ in range(5):
-        result = prove()
-        why = getattr(result, "not_judged", None) or getattr(result, "slow_not_judged", None) or ""
-        if "reference spread" not in why:
-            return result
-    return result
-
-
 # A toy with 4x the tokens and 4x the width of the default: its 5 ms reference steps read 27-41%
 # apart beside the 300 ms sleeps (judged on the 3 fastest of all rounds), and the proof judges
 # nothing on a reference that noisy.
@@ -286,7 +274,7 @@ def test_the_knobs_steps_are_stopped_past_the_limit_and_the_verdict_says_at_leas
     config = toy_config(SDPA_KNOBS, **LONGER)
     workload = create_workload(config.workload, config.workload_options)
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
-    proof = _judged(lambda: speed.prove_slow(workload, config, CPU, limit))
+    proof = judged_despite_noise(lambda: speed.prove_slow(workload, config, CPU, limit))
     assert proof.verdict is not None, proof.not_judged
     assert dict(proof.verdict.implicates) == {"attention": "sdpa", "batch_size": 16}
     assert proof.verdict.detail.startswith("at least ") and "stopped there" in proof.verdict.detail, proof.verdict
@@ -302,7 +290,7 @@ def test_a_probe_stops_a_slow_step_at_the_limit_and_records_its_time_as_a_lower_
     per_step = _sleeping_sdpa(monkeypatch, 0.5)
     config = dataclasses.replace(toy_config(SDPA_KNOBS, **LONGER), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
-    result = _judged(lambda: probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP))
+    result = judged_despite_noise(lambda: probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP))
     assert result.slow is not None and result.slow.detail.startswith("at least "), (result.slow, result.slow_not_judged)
     assert result.trial_step_stopped and result.trial_steps_ms == [] and result.trial_step_ms >= 300
     assert result.speed_record(config.training.batch_size)["trial_step_stopped"] is True
