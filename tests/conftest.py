@@ -23,6 +23,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.env
     torch.set_num_threads(_threads)
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
+from hpo.storage import pools
 
 TOY = "toy_workloads:Toy"
 
@@ -80,6 +81,23 @@ def _own_machine_facts(tmp_path_factory):
         os.environ.pop("HPO_MACHINE_FACTS", None)
     else:
         os.environ["HPO_MACHINE_FACTS"] = saved
+
+
+@pytest.fixture(autouse=True)
+def _no_database_connection_left_held():
+    """No test may end with a database connection still checked out in this process: the thread
+    that holds one holds the process's turn (`hpo.storage.pools`), and every other thread of every
+    later test in this pytest process then waits `WAIT_S` for it. On CI an in-process worker's
+    heartbeat thread waited so twice (60 s each) behind a turn an earlier test left held, and its
+    heartbeats failed. A thread the test started may still be returning one: it gets a moment."""
+    yield
+    deadline = time.monotonic() + 2.0
+    while pools.connections_held_by_this_process() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held = pools.connections_held_by_this_process()
+    if held:
+        pools._TURN.forget_in_forked_child()  # later tests start from an empty turn, not behind this one
+        pytest.fail(f"the test left {held} database connection(s) checked out in this process (hpo.storage.pools)")
 
 
 @pytest.fixture(autouse=True)

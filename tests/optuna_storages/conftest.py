@@ -74,6 +74,7 @@ DIFFERS_BY_DESIGN = {
 
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"  # as tests/conftest.py's
 _database: list[str] = []  # the running test's PostgreSQL URL
+_opened: list[RDBStorage] = []  # the storages the running test opened
 
 
 @pytest.fixture(scope="session")
@@ -112,13 +113,28 @@ def _hpo_postgres(request, _template_database, monkeypatch):
         monkeypatch.setattr(request.module, "RDBStorage", HpoRDBStorage)
     yield
     _database.pop()
+    _close_left_sessions()
     with admin.connect() as conn:
         conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
 def _open_hpo_storage(url: str, **kwargs) -> RDBStorage:
     """hpo's storage for a URL a test gave: a SQLite URL stands for the test's PostgreSQL database."""
-    return open_storage(_database[-1] if url.startswith("sqlite") else url, **kwargs)
+    storage = open_storage(_database[-1] if url.startswith("sqlite") else url, **kwargs)
+    _opened.append(storage)
+    return storage
+
+
+def _close_left_sessions() -> None:
+    """Close the sessions a test left open on its storages. `rdb_tests/test_storage.py::test_init`
+    queries through `storage.scoped_session()` and never closes it: its connection stayed checked
+    out, so the pytest process's turn on connections (`hpo.storage.pools`) stayed with its main
+    thread, and in a later test of that process an in-process worker's heartbeat thread waited 60 s
+    for it at each trial's end (2 minutes for two trials on CI, and its heartbeats failed)."""
+    while _opened:
+        storage = _opened.pop()
+        storage.scoped_session.remove()
+        storage.engine.dispose()
 
 
 class HpoStorageSupplier(optuna_storages.StorageSupplier):
