@@ -39,12 +39,14 @@ class SamplingFailed(Exception):
 
 class TakenOver(Exception):
     """The trial ended elsewhere while its worker sampled it: another worker's stale-trial sweep
-    (`hpo.runtime.budget.recover`) failed it, its heartbeats having been late, and queued its retry.
-    It is no longer this worker's to record or run."""
+    (`hpo.runtime.budget.recover`) failed it, its heartbeats having been late, and queued its retry
+    or recorded why not (`hpo.storage.retry.RetryWithRefund`). It is no longer this worker's to
+    record or run."""
 
     def __init__(self, trial_id: int, state: TrialState):
         super().__init__(
-            f"trial {trial_id} was ended ({state.name}) by another worker while this one sampled it; its retry is queued"
+            f"trial {trial_id} was ended ({state.name}) by another worker's stale-trial sweep while this one sampled it; "
+            "its retry, if any, is that sweep's"
         )
         self.trial_id = trial_id
 
