@@ -142,4 +142,53 @@ def _cpu_vs_bare() -> list[Figure]:
     ]
 
 
-FIGURES: list[Figure] = [*_second_run(), *_second_run_memory(), *_first_run_knobs(), *_first_run_big(), *_cpu_vs_bare()]
+def _cpu_knobs() -> list[Figure]:
+    """docs/benchmarks/knobs.md: each knob on the AVX2 host, time to target on the avx512_bf16 host,
+    and the probe's overhead on both."""
+    avx2 = {"sps": ("samples_per_s", "{:.1f}"), "sps_x": ("samples_per_s_ratio", "{:.2f}"), "step": ("step_ms", "{:.1f}")}
+    avx2 |= {"step_x": ("step_ms_ratio", "{:.2f}"), "mem": ("peak_mem_mb", "{:.1f}"), "mem_x": ("peak_mem_mb_ratio", "{:.2f}")}
+    avx2 |= {"slowdown": ("probe_slowdown", "{:.2f}")}
+    target = {"s": ("time_to_target_s", "{:.1f}"), "x": ("speedup_vs_baseline", "{:.2f}"), "steps": ("steps_run", "{}")}
+    target |= {"sps": ("train_samples_per_s", "{:.1f}"), "mfu": ("mfu", "{:.1%}")}
+    configs = ("baseline", "sdpa", "fused", "foreach", "ckpt", "compile", "bf16", "fp16", "bf16+fused", "bf16+sdpa+fused")
+    slow = {"bf16", "fp16", "bf16+fused"}  # refused as slow on the AVX2 host: only the slowdown was measured
+    bf16_host = "knobs-causal_lm-cpu-avx512bf16.json"
+    return [
+        *_from("knobs-causal_lm-cpu-avx2.json", "2026-11-22", {
+            f"knobs.avx2.{_key(c)}.{col}": (f"rows[config={c}].{field}", fmt)
+            for c in configs[:-1] for col, (field, fmt) in avx2.items() if c not in slow
+        } | {f"knobs.avx2.{_key(c)}.slowdown": (f"rows[config={c}].probe_slowdown", "{:.1f}") for c in slow} | {"knobs.avx2.overhead.probe_fraction": ("overhead.probe_fraction", "{:.1%}")}),
+        *_from(bf16_host, "2026-11-23", {
+            f"knobs.avx512bf16.target.{_key(c)}.{col}": (f"time_to_target.rows[config={c}].{field}", fmt)
+            for c in configs if c != "fp16" for col, (field, fmt) in target.items()
+        } | {
+            "knobs.avx512bf16.overhead.probe_s": ("overhead.probe_s", "{:.2f}"),
+            "knobs.avx512bf16.overhead.trial_s": ("overhead.probed_trial_s", "{:.2f}"),
+            "knobs.avx512bf16.overhead.fraction": ("overhead.probe_fraction", "{:.1%}"),
+            "knobs.avx512bf16.overhead.later_probe_s": ("overhead.later_probe_s", "{:.2f}"),
+            "knobs.avx512bf16.overhead.later_trial_s": ("overhead.later_trial_s", "{:.2f}"),
+            "knobs.avx512bf16.overhead.later_fraction": ("overhead.later_probe_fraction", "{:.2%}"),
+        }),
+        *_from("knobs-overhead-causal_lm-cpu-avx2.json", "2026-11-26", {
+            "knobs.avx2_1thread.probe_s": ("overhead.probe_s", "{:.2f}"),
+            "knobs.avx2_1thread.trial_s": ("overhead.probed_trial_s", "{:.1f}"),
+            "knobs.avx2_1thread.fraction": ("overhead.probe_fraction", "{:.1%}"),
+            "knobs.avx2_1thread.later_probe_s": ("overhead.later_probe_s", "{:.2f}"),
+            "knobs.avx2_1thread.later_trial_s": ("overhead.later_trial_s", "{:.1f}"),
+            "knobs.avx2_1thread.later_fraction": ("overhead.later_probe_fraction", "{:.2%}"),
+        }),
+    ]  # fmt: skip
+
+
+def _key(config: str) -> str:
+    return config.replace("+", "_")
+
+
+FIGURES: list[Figure] = [
+    *_second_run(),
+    *_second_run_memory(),
+    *_first_run_knobs(),
+    *_first_run_big(),
+    *_cpu_vs_bare(),
+    *_cpu_knobs(),
+]
