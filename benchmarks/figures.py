@@ -73,16 +73,21 @@ class Figure:
 
 
 def _find(data, path: str, figure: Figure):
+    """Follow `path` through `data`. `[field=value]` keeps the items of a list whose field reads
+    `value` (the item itself when one does); a key after it is read from each item kept."""
     at = data
     for step in _STEP.finditer(path):
         try:
             if step["key"] is not None:
-                at = at[step["key"]]
+                at = [item[step["key"]] for item in at] if isinstance(at, list) else at[step["key"]]
             elif step["index"] is not None:
                 at = at[int(step["index"])]
             else:
-                at = next(item for item in at if str(item.get(step["field"])) == step["match"])
-        except (KeyError, IndexError, TypeError, StopIteration):
+                kept = [item for item in at if str(item.get(step["field"])) == step["match"]]
+                if not kept:
+                    raise KeyError(step[0])
+                at = kept[0] if len(kept) == 1 else kept
+        except (KeyError, IndexError, TypeError):
             raise FigureError(f"figure {figure.name!r}: {figure.file} has no {path!r} (stopped at {step[0]!r})") from None
     if at is None:
         raise FigureError(f"figure {figure.name!r}: {figure.file} holds null at {path!r}: nothing was measured there")

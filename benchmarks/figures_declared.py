@@ -180,6 +180,40 @@ def _cpu_knobs() -> list[Figure]:
     ]  # fmt: skip
 
 
+def _cpu_small() -> list[Figure]:
+    """avoidance.md, hf-data.md and notes-cost.md ("now"; "before" is only in git history)."""
+    samplers = ("tpe", "gp", "random", "cmaes", "nsga2")
+    avoid = {
+        f"avoidance.{sampler}.{'wrapped' if wrapped else 'plain'}": (
+            f"runs[sampler={sampler}][wrapped={wrapped}].known_bad_proposals",
+            "{}",
+        )
+        for sampler in samplers
+        for wrapped in (False, True)
+    }
+    data = {
+        f"hf_data.{scale}.{w}.{col}": (f"rows[workload=hf_{w}].{col}_s", "{:.2f}")
+        for scale in ("x1", "x20")
+        for w in ("text_classification", "causal_lm")
+        for col in ("cold", "warm")
+    }
+    return [
+        *_from("avoidance-cpu-avx2.json", "2026-11-25", avoid),
+        *_from("hf-data-cpu-avx512bf16.json", "2026-11-25", {k: v for k, v in data.items() if ".x1." in k}),
+        *_from("hf-data-x20-cpu-avx512bf16.json", "2026-11-25", {k: v for k, v in data.items() if ".x20." in k}),
+        *_from("notes-cost-cpu-avx512bf16.json", "2026-11-23", {
+            "notes_cost.trial_note_ms": ("notes.trial_note_ms_median", "{:.2f}"),
+            "notes_cost.study_note_ms": ("notes.study_note_ms_at_final_size", "{:.1f}"),
+            "notes_cost.study_note_updates": ("notes.study_note_updates", "{}"),
+            "notes_cost.per_trial_ms": ("notes.notes_ms_per_trial", "{:.1f}"),
+            "notes_cost.share": ("notes_share_of_trial", "{:.1%}"),
+            "notes_cost.trials_per_s": ("study.trials_per_s", "{:.2f}"),
+        }),
+        Figure(name="notes_cost.trial_s", file="notes-cost-cpu-avx512bf16.json", path="study.trial_ms_median",
+               format="{:.2f}", scale=1e-3, date="2026-11-23"),
+    ]  # fmt: skip
+
+
 def _key(config: str) -> str:
     return config.replace("+", "_")
 
@@ -191,4 +225,5 @@ FIGURES: list[Figure] = [
     *_first_run_big(),
     *_cpu_vs_bare(),
     *_cpu_knobs(),
+    *_cpu_small(),
 ]
