@@ -214,6 +214,28 @@ def _cpu_small() -> list[Figure]:
     ]  # fmt: skip
 
 
+def _table(prefix: str, rows_at: str, key: str, keys: tuple, columns: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """One figure per (row, column) of a list of rows in a result file: `prefix.row.field`."""
+    return {f"{prefix}.{k}.{field}": (f"{rows_at}[{key}={k}].{field}", fmt) for k in keys for field, fmt in columns.items()}
+
+
+def _scale() -> list[Figure]:
+    """scale.md (workers, sampler latency, isolation) and scale-reload.md."""
+    workers = {"trials": "{}", "trials_per_s": "{:.2f}", "trial_ms_median": "{:,.0f}", "db_ms_median": "{:,.0f}"}
+    workers |= {"sampler_ms_median": "{:,.0f}", "server_cpu_ms_per_trial": "{:.1f}"}
+    growth = {"ask_ms_median": "{:,.0f}", "ask_ms_max": "{:,.0f}", "db_ms_median": "{:,.0f}"}
+    reload = {f"{side}_{what}": "{:.0f}" for side in ("before", "after") for what in ("trial_process_ms", "db_ms")}
+    reload |= {"before_trials_read": "{}", "after_worker_ask_ms": "{:.0f}", "after_trials_read": "{}"}
+    return [
+        *_from("scale-cpu-avx2.json", "2026-11-22", {
+            **_table("scale.workers", "workers", "workers", (16, 64), workers),
+            **_table("scale.growth", "growth", "size", (100, 1000, 2500, 5000, 10000), growth),
+            "scale.isolation.overhead_ms": ("isolation.overhead_per_trial_ms", "{:+.0f}"),
+        }),
+        *_from("scale-reload-cpu-avx2.json", "2026-11-25", _table("scale_reload", "rows", "size", (0, 1000, 5000, 10000), reload)),
+    ]  # fmt: skip
+
+
 def _key(config: str) -> str:
     return config.replace("+", "_")
 
@@ -226,4 +248,5 @@ FIGURES: list[Figure] = [
     *_cpu_vs_bare(),
     *_cpu_knobs(),
     *_cpu_small(),
+    *_scale(),
 ]
