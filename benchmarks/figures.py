@@ -83,11 +83,12 @@ def _find(data, path: str, figure: Figure):
             elif step["index"] is not None:
                 at = at[int(step["index"])]
             else:
-                kept = [item for item in at if str(item.get(step["field"])) == step["match"]]
+                items = [at] if isinstance(at, dict) else at  # a filter before kept one item
+                kept = [item for item in items if str(item.get(step["field"])) == step["match"]]
                 if not kept:
                     raise KeyError(step[0])
                 at = kept[0] if len(kept) == 1 else kept
-        except (KeyError, IndexError, TypeError):
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise FigureError(f"figure {figure.name!r}: {figure.file} has no {path!r} (stopped at {step[0]!r})") from None
     if at is None:
         raise FigureError(f"figure {figure.name!r}: {figure.file} holds null at {path!r}: nothing was measured there")

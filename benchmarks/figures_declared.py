@@ -157,7 +157,7 @@ def _cpu_knobs() -> list[Figure]:
         *_from("knobs-causal_lm-cpu-avx2.json", "2026-11-22", {
             f"knobs.avx2.{_key(c)}.{col}": (f"rows[config={c}].{field}", fmt)
             for c in configs[:-1] for col, (field, fmt) in avx2.items() if c not in slow
-        } | {f"knobs.avx2.{_key(c)}.slowdown": (f"rows[config={c}].probe_slowdown", "{:.1f}") for c in slow} | {"knobs.avx2.overhead.probe_fraction": ("overhead.probe_fraction", "{:.1%}")}),
+        } | {f"knobs.avx2.{_key(c)}.slowdown": (f"rows[config={c}].probe_slowdown", "{:.1f}") for c in configs if c in slow} | {"knobs.avx2.overhead.probe_fraction": ("overhead.probe_fraction", "{:.1%}")}),
         *_from(bf16_host, "2026-11-23", {
             f"knobs.avx512bf16.target.{_key(c)}.{col}": (f"time_to_target.rows[config={c}].{field}", fmt)
             for c in configs if c != "fp16" for col, (field, fmt) in target.items()
@@ -236,6 +236,39 @@ def _scale() -> list[Figure]:
     ]  # fmt: skip
 
 
+CONN = {"trials": "{:.0f}", "budget": "{:.0f}", "wall_s": "{:.1f}", "trials_per_s": "{:.1f}", "db_ms_per_trial": "{:.0f}"}
+CONN |= {"peak_connections": "{:.0f}", "median_connections": "{:.0f}", "errors": "{:.0f}"}  # a text row reads floats
+
+
+def _scale_conn() -> list[Figure]:
+    """scale-conn.md: each (workers, via) row, from the JSON files and the first command's text output."""
+
+    def rows(runs: tuple, source) -> dict[str, tuple[str, str]]:
+        return {
+            f"scale_conn.{tag}.{w}.{via}.{field}": (source(w, via, field), fmt)
+            for tag, w, via in runs
+            for field, fmt in CONN.items()
+        }
+
+    def json_row(w, via, field):
+        return f"rows[workers={w}][via={via}].{field}"
+
+    def text_row(w, via, field):
+        return rf"re:workers={w} \| via={via} \|.*? {field}=([\d.]+)"
+
+    shared = (
+        ("max100", 100, "postgres"),
+        ("max100", 100, "pgbouncer"),
+        ("max100", 200, "postgres"),
+        ("max100", 200, "pgbouncer"),
+    )
+    return [
+        *_from("scale-conn-cpu-avx512bf16.json", "2026-11-25", rows(shared, json_row)),
+        *_from("scale-conn-max50-cpu-avx2.json", "2026-11-25", rows((("max50", 100, "pgbouncer"), ("max50", 200, "pgbouncer")), json_row)),
+        *_from("scale-conn-max50-default-wait-cpu-avx2.txt", "2026-11-25", rows((("max50_wait120", 100, "postgres"), ("max50_wait120", 100, "pgbouncer")), text_row)),
+    ]  # fmt: skip
+
+
 def _key(config: str) -> str:
     return config.replace("+", "_")
 
@@ -249,4 +282,5 @@ FIGURES: list[Figure] = [
     *_cpu_knobs(),
     *_cpu_small(),
     *_scale(),
+    *_scale_conn(),
 ]

@@ -107,3 +107,22 @@ def test_the_generated_reference_pages_carry_no_markers_and_are_not_scanned():
     docs = marked_docs()
     assert REPO / "README.md" in docs
     assert not any("reference" in p.parts or p.name == "figures.md" for p in docs)
+
+
+def test_filters_chain_over_rows_and_a_key_after_them_reads_each_row_kept(tmp_path):
+    results = _repo(tmp_path, "")
+    rows = [
+        {"workers": 100, "via": "postgres", "errors": 1, "seed": 0},
+        {"workers": 100, "via": "pgbouncer", "errors": 0, "seed": 0},
+        {"workers": 200, "via": "postgres", "errors": 101, "seed": 1},
+    ]
+    (results / "conn.json").write_text(json.dumps({"date": "2026-11-25", "rows": rows}))
+
+    def read(path):
+        figure = Figure(name="f", file="conn.json", path=path, format="{}", date="2026-11-25")
+        return figure.text({"f": figure}, results)
+
+    assert read("rows[workers=100][via=postgres].errors") == "1"  # a single row, then filtered again
+    assert read("rows[via=postgres].errors") == "1, 101"  # every row kept, in file order
+    with pytest.raises(FigureError, match=r"has no 'rows\[workers=300\]\.errors'"):
+        read("rows[workers=300].errors")
