@@ -122,7 +122,8 @@ def test_filters_chain_over_rows_and_a_key_after_them_reads_each_row_kept(tmp_pa
         figure = Figure(name="f", file="conn.json", path=path, format="{}", date="2026-11-25")
         return figure.text({"f": figure}, results)
 
-    assert read("rows[workers=100][via=postgres].errors") == "1"  # a single row, then filtered again
+    assert read("rows[workers=100][via=postgres].errors") == "1"  # two rows, then one
+    assert read("rows[workers=200][via=postgres].errors") == "101"  # a single row, then filtered again
     assert read("rows[via=postgres].errors") == "1, 101"  # every row kept, in file order
     with pytest.raises(FigureError, match=r"has no 'rows\[workers=300\]\.errors'"):
         read("rows[workers=300].errors")
