@@ -57,18 +57,23 @@ class Figure:
         _check_date(self, data)
         return _find(data, self.path, self)
 
-    def value(self, declared: dict[str, Figure], results: Path = RESULTS) -> float | list[float]:
+    def value(self, declared: dict[str, Figure], results: Path = RESULTS) -> float | list[float] | dict:
         raw = self.raw(results)
         if self.over is not None:
-            raw = raw / declared[self.over].raw(results)
+            below = declared[self.over].raw(results)
+            raw = [a / b for a, b in zip(raw, below, strict=True)] if isinstance(raw, list) else raw / below
         if self.scale == 1.0:
             return raw
         return [v * self.scale for v in raw] if isinstance(raw, list) else raw * self.scale
 
     def text(self, declared: dict[str, Figure], results: Path = RESULTS) -> str:
+        """The value as the doc shows it: a list item by item, a dict (a summary's median, min and
+        max) through the format's field names: "{median:.2f} ({min:.2f}–{max:.2f})"."""
         value = self.value(declared, results)
         if isinstance(value, list):
             return ", ".join(self.format.format(v) for v in value)
+        if isinstance(value, dict):
+            return self.format.format(**value)
         return self.format.format(value)
 
 

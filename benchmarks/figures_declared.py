@@ -269,6 +269,52 @@ def _scale_conn() -> list[Figure]:
     ]  # fmt: skip
 
 
+SPREAD = "{median:.2f} ({min:.2f}–{max:.2f})"  # a summary's median and range
+
+
+def _vs_hf() -> list[Figure]:
+    """vs-hf.md: each search's wall clock both ways and hpo / HF per pair, for the newest result of
+    each search on each host, and the detail of the MiniLM short search on the avx512_bf16 host."""
+    dates = {"cpu-avx2": "2026-11-25", "cpu-avx512bf16": "2026-11-23"}
+    figures = []
+    for host, date in dates.items():
+        for task in ("text_classification", "causal_lm"):
+            for length in ("short", "default"):
+                file, tag = f"vs-hf-{task}-{length}-{host}.json", f"vs_hf.{host}.{task}.{length}"
+                one = length == "default" and task == "text_classification"  # one pair: no range
+                figures += _from(
+                    file,
+                    date,
+                    {
+                        f"{tag}.hf": ("summary.hf.wall_s", "{median:.2f}" if one else SPREAD),
+                        f"{tag}.hpo": ("summary.hpo.wall_s", "{median:.2f}" if one else SPREAD),
+                        f"{tag}.hf_runs": ("runs[side=hf].wall_s", "{}"),
+                    },
+                )
+                figures.append(
+                    Figure(
+                        name=f"{tag}.pairs",
+                        file=file,
+                        path="runs[side=hpo].wall_s",
+                        format="{:.2f}",
+                        date=date,
+                        over=f"{tag}.hf_runs",
+                    )
+                )
+    detail = ("wall_s", "startup_s", "first_trial_s", "later_trials_s", "between_trials_s", "after_last_s")
+    detail += ("samples_per_s", "outside_steps_s", "eval_s")
+    minilm = {
+        f"vs_hf.detail.{side}.{field}": (
+            f"summary.{side}.{field}",
+            "{median:.1f} ({min:.1f}–{max:.1f})" if field == "samples_per_s" else SPREAD,
+        )
+        for side in ("hf", "hpo")
+        for field in detail
+    }
+    minilm["vs_hf.detail.hf.between_trials_s"] = ("summary.hf.between_trials_s", "{median:.2f}")  # no gap to range over
+    return figures + _from("vs-hf-text_classification-short-cpu-avx512bf16.json", "2026-11-23", minilm)
+
+
 def _key(config: str) -> str:
     return config.replace("+", "_")
 
@@ -283,4 +329,5 @@ FIGURES: list[Figure] = [
     *_cpu_small(),
     *_scale(),
     *_scale_conn(),
+    *_vs_hf(),
 ]

@@ -127,3 +127,22 @@ def test_filters_chain_over_rows_and_a_key_after_them_reads_each_row_kept(tmp_pa
     assert read("rows[via=postgres].errors") == "1, 101"  # every row kept, in file order
     with pytest.raises(FigureError, match=r"has no 'rows\[workers=300\]\.errors'"):
         read("rows[workers=300].errors")
+
+
+def test_a_summary_reads_through_named_fields_and_pairs_divide_item_by_item(tmp_path):
+    results = _repo(tmp_path, "")
+    runs = [
+        {"side": "hf", "wall_s": 50.0},
+        {"side": "hpo", "wall_s": 45.0},
+        {"side": "hf", "wall_s": 40.0},
+        {"side": "hpo", "wall_s": 44.0},
+    ]
+    summary = {"hpo": {"wall_s": {"median": 44.5, "min": 44.0, "max": 45.0}}}
+    (results / "vs.json").write_text(json.dumps({"date": "2026-11-25", "runs": runs, "summary": summary}))
+    day = {"file": "vs.json", "date": "2026-11-25"}
+    wall = Figure(name="wall", path="summary.hpo.wall_s", format="{median:.2f} ({min:.2f}–{max:.2f})", **day)
+    hf = Figure(name="hf", path="runs[side=hf].wall_s", format="{}", **day)
+    pairs = Figure(name="pairs", path="runs[side=hpo].wall_s", format="{:.2f}", over="hf", **day)
+    declared = {f.name: f for f in (wall, hf, pairs)}
+    assert wall.text(declared, results) == "44.50 (44.00–45.00)"
+    assert pairs.text(declared, results) == "0.90, 1.10"  # each hpo run over the hf run of its pair
