@@ -315,6 +315,33 @@ def _vs_hf() -> list[Figure]:
     return figures + _from("vs-hf-text_classification-short-cpu-avx512bf16.json", "2026-11-23", minilm)
 
 
+SWEEP = {"wall_s": "{:.1f}", "to_first_trial_s": "{:.1f}", "sweep_s": "{:.2f}", "sweep_share": "{:.1%}"}
+SWEEP |= {"over_joint_s": "{:.1f}", "wall_over_joint": "{:.3f}", "best": "{:.4f}"}
+SWEEP_FILES = {  # the tables of time-to-quality.md whose file benchmarks/results/ still holds: (file, K)
+    "avx2": ("sweep-share-quickstart-cpu-avx2.json", 4),
+    "avx512bf16.run1": ("sweep-share-quickstart-cpu-avx512bf16-run1.json", 5),
+    "avx512bf16.run2": ("sweep-share-quickstart-cpu-avx512bf16.json", 6),
+    "avx2_idle.run1": ("sweep-share-quickstart-cpu-avx2-idle-run1.json", 5),
+    "avx2_idle.run2": ("sweep-share-quickstart-cpu-avx2-idle-run2.json", 5),
+    "causal_lm": ("sweep-share-causal_lm-cpu-avx2.json", 5),
+}
+
+
+def _sweep_share() -> list[Figure]:
+    """time-to-quality.md's sweep-share tables (2026-11-29; the files record no date): each study's
+    row, its K-th trained trial over joint's time with K as the file names it."""
+    figures = []
+    for tag, (file, k) in SWEEP_FILES.items():
+        columns = SWEEP | {f"to_{k}_trained_over_joint": "{:.3f}"}
+        for study in ("first", "repeated", "joint"):
+            fields = columns if study != "joint" else {f: columns[f] for f in ("wall_s", "to_first_trial_s", "best")}
+            figures += _from(file, "2026-11-29", {
+                f"sweep_share.{tag}.{study}.{field.replace(f'_{k}_', '_k_')}": (f"runs[study={study}].{field}", fmt)
+                for field, fmt in fields.items()
+            })  # fmt: skip
+    return figures
+
+
 def _key(config: str) -> str:
     return config.replace("+", "_")
 
@@ -330,4 +357,5 @@ FIGURES: list[Figure] = [
     *_scale(),
     *_scale_conn(),
     *_vs_hf(),
+    *_sweep_share(),
 ]
