@@ -86,7 +86,13 @@ def _first_run_knobs() -> list[Figure]:
         for row, pattern in rows.items()
         for column, (skip, fmt) in columns.items()
     }
-    return _from(H200_1 + "knobs.txt", FIRST, places)
+    for name, label in (("first", "probe"), ("later", "later probe")):  # its verification overhead lines
+        line = rf"re:(?m)^  {label}\s+"
+        places[f"h200_1.knobs.overhead.{name}.probe_s"] = (line + r"([\d.]+) s of a", "{:.2f}")
+        places[f"h200_1.knobs.overhead.{name}.trial_s"] = (line + r"[\d.]+ s of a ([\d.]+) s trial", "{:.2f}")
+        places[f"h200_1.knobs.overhead.{name}.percent"] = (line + r"[\d.]+ s of a [\d.]+ s trial = ([\d.]+)%", "{:.0f}%")
+    syncs = {"h200_1.syncs": (r"re:(?m)^\s+(\d+) hpo/engine/assembly.py", "{:.0f}")}
+    return _from(H200_1 + "knobs.txt", FIRST, places) + _from(H200_1 + "sync-debug-summary.txt", FIRST, syncs)
 
 
 def _first_run_big() -> list[Figure]:
