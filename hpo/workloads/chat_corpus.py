@@ -60,8 +60,8 @@ def load_corpus() -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
     """(topics, (text, topic index) pairs): unique utterances, those found under two topics dropped."""
     import yaml
 
-    # libyaml's safe loader when PyYAML was built with it: 0.02 s for the corpus instead of 0.3 s,
-    # in every study's start-up. Both build the same Python objects.
+    # libyaml's safe loader when PyYAML was built with it: an order of magnitude faster on the corpus,
+    # in every study's start-up (docs/benchmarks/vs-hf.md). Both build the same Python objects.
     yaml_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     seen: dict[str, set[str]] = collections.defaultdict(set)
     root = resources.files("chatterbot_corpus") / "data" / "english"
