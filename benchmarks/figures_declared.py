@@ -1,124 +1,16 @@
 """Every figure the docs quote between `<!-- figure: NAME -->` markers, declared once with the result
-file under benchmarks/results/ it is read from (`benchmarks/figures.py` reads and checks them)."""
+file under benchmarks/results/ it is read from (`benchmarks/figures.py` reads and checks them): the
+GPU runs' in `figures_gpu.py`, the CPU benchmarks' here."""
 
 from __future__ import annotations
 
 from benchmarks.figures import Figure
+from benchmarks.figures_gpu import GPU_FIGURES
+from benchmarks.figures_helpers import from_file, key, table
 
 __all__ = ["FIGURES"]
 
-H200_1 = "gpu-2026-11-26-cuda-nvidia-h200/"  # the first GPU run, by hand: raw files, see its README.md
-FIRST, SECOND = "2026-11-26", "2026-11-28"
-
-
-def _from(file: str, date: str, places: dict[str, tuple[str, str]]) -> list[Figure]:
-    """One figure per name: (where in `file`, format)."""
-    return [Figure(name=name, file=file, path=path, format=fmt, date=date) for name, (path, fmt) in places.items()]
-
-
-def _second_run() -> list[Figure]:
-    """The second H200 run (scripts/gpu-session): hpo against the hand-written loop, big.yaml
-    compiled, each knob, and probe_first's opening sweep."""
-    knob = "rows[config={}].{}"
-    return [
-        *_from("vs-bare-big-cuda-nvidia-h200.json", SECOND, {
-            "h200_2.vs_bare.throughput": ("summary.throughput_ratio", "{:.3f}x"),
-            "h200_2.vs_bare.per_round": ("summary.throughput_ratio_per_round", "{:.3f}"),
-            "h200_2.vs_bare.hpo_sps": ("summary.hpo_samples_per_s", "{:.1f}"),
-            "h200_2.vs_bare.bare_sps": ("summary.bare_samples_per_s", "{:.1f}"),
-            "h200_2.vs_bare.peak_mem": ("summary.peak_mem_ratio", "{:.3f}x"),
-            "h200_2.vs_bare.hpo_peak_mb": ("summary.hpo_peak_mem_mb", "{:.0f}"),
-            "h200_2.vs_bare.bare_peak_mb": ("summary.bare_peak_mem_mb", "{:.0f}"),
-            "h200_2.vs_bare.hpo_mfu": ("summary.hpo_mfu", "{:.1%}"),
-            "h200_2.vs_bare.bare_mfu": ("summary.bare_mfu", "{:.1%}"),
-            "h200_2.vs_bare.probe_share": ("summary.probe_share", "{:.1%}"),
-            "h200_2.vs_bare.loss_diff": ("summary.last_loss_max_rel_diff", "{:.1%}"),
-        }),
-        *_from("compiled-big-cuda-nvidia-h200.json", SECOND, {
-            "h200_2.bigc.sps": ("trial.user_attrs.train_samples_per_s", "{:.1f}"),
-            "h200_2.bigc.mfu": ("trial.user_attrs.mfu", "{:.1%}"),
-            "h200_2.bigc.peak_mb": ("trial.user_attrs.peak_mem_mb", "{:.0f}"),
-            "h200_2.bigc.probe_s": ("trial.user_attrs.probe_s", "{:.1f}"),
-            "h200_2.bigc.trial_s": ("trial.user_attrs.trial_s", "{:.1f}"),
-        }),
-        *_from("knobs-causal_lm-cuda-nvidia-h200.json", SECOND, {
-            "h200_2.knobs.sdpa": (knob.format("sdpa", "samples_per_s_ratio"), "{:.2f}x"),
-            "h200_2.knobs.fused": (knob.format("fused", "samples_per_s_ratio"), "{:.2f}x"),
-            "h200_2.knobs.bf16": (knob.format("bf16", "samples_per_s_ratio"), "{:.2f}x"),
-            "h200_2.knobs.bf16_sdpa_fused": (knob.format("bf16+sdpa+fused", "samples_per_s_ratio"), "{:.2f}x"),
-            "h200_2.knobs.bf16_sdpa_fused.mem": (knob.format("bf16+sdpa+fused", "peak_mem_mb_ratio"), "{:.2f}x"),
-            "h200_2.knobs.probe_first": ("overhead.probe_fraction", "{:.1%}"),
-            "h200_2.knobs.probe_later": ("overhead.later_probe_fraction", "{:.1%}"),
-        }),
-        *_from("gpu-session-cuda-nvidia-h200.json", SECOND, {
-            "h200_2.probe_first.sweep_s": ("probe_first.sweep_share.sweep_s", "{:.1f}"),
-            "h200_2.probe_first.study_s": ("probe_first.sweep_share.study_s", "{:.1f}"),
-            "h200_2.probe_first.share": ("probe_first.sweep_share.share", "{:.1%}"),
-        }),
-    ]  # fmt: skip
-
-
-def _second_run_memory() -> list[Figure]:
-    """The memory budget on big.yaml: the best batch with and without checkpointing."""
-    rows = {"ckpt": "best_with_checkpointing", "no_ckpt": "best_without_checkpointing"}
-    columns = {
-        "batch": ("batch_size_chosen", "{:.0f}"),
-        "predicted_mb": ("predicted_peak_mb", "{:.0f}"),
-        "peak_mb": ("peak_mem_mb", "{:.0f}"),
-        "error": ("prediction_error", "{:+.1%}"),
-        "sps": ("train_samples_per_s", "{:.1f}"),
-    }
-    places = {
-        f"h200_2.memory.{row}.{column}": (f"{key}.{field}", fmt)
-        for row, key in rows.items()
-        for column, (field, fmt) in columns.items()
-    }
-    return _from("memory-budget-cuda-nvidia-h200.json", SECOND, places | {"h200_2.memory.limit_gb": ("limit_gb", "{:.1f}")})
-
-
-def _first_run_knobs() -> list[Figure]:
-    """The first run's knob table (`knobs.txt`): samples/s, its ratio, peak MB and its ratio per row."""
-    rows = {"baseline": "baseline", "sdpa": "sdpa", "fused": "fused", "bf16": "bf16", "fp16": "fp16", "ckpt": "ckpt"}
-    rows |= {"bf16_fused": r"bf16\+fused", "bf16_sdpa_fused": r"bf16\+sdpa\+fused", "fp16_fused": r"fp16\+fused"}
-    columns = {"sps": (0, "{:.1f}"), "sps_x": (1, "{:.2f}"), "mem": (4, "{:.1f}"), "mem_x": (5, "{:.2f}")}
-    places = {
-        f"h200_1.knobs.{row}.{column}": (rf"re:(?m)^{pattern}\s+(?:[\d.]+\s+){{{skip}}}([\d.]+)", fmt)
-        for row, pattern in rows.items()
-        for column, (skip, fmt) in columns.items()
-    }
-    for name, label in (("first", "probe"), ("later", "later probe")):  # its verification overhead lines
-        line = rf"re:(?m)^  {label}\s+"
-        places[f"h200_1.knobs.overhead.{name}.probe_s"] = (line + r"([\d.]+) s of a", "{:.2f}")
-        places[f"h200_1.knobs.overhead.{name}.trial_s"] = (line + r"[\d.]+ s of a ([\d.]+) s trial", "{:.2f}")
-        places[f"h200_1.knobs.overhead.{name}.percent"] = (line + r"[\d.]+ s of a [\d.]+ s trial = ([\d.]+)%", "{:.0f}%")
-    syncs = {"h200_1.syncs": (r"re:(?m)^\s+(\d+) hpo/engine/assembly.py", "{:.0f}")}
-    return _from(H200_1 + "knobs.txt", FIRST, places) + _from(H200_1 + "sync-debug-summary.txt", FIRST, syncs)
-
-
-def _first_run_big() -> list[Figure]:
-    """The first run's 152.7M GPT through `hpo train` (eager, compiled) and the hand-written loop."""
-    big, bigc, bare = H200_1 + "big.json", H200_1 + "bigc.json", H200_1 + "bare.txt"
-    bare_sps, bare_mb = r"re:bare workload batches: ([\d.]+) samples/s", r"re:bare workload batches: .*peak mem ([\d.]+) MB"
-    gb = {"format": "{:.1f}", "scale": 1e-3, "date": FIRST}
-    return [
-        *_from(big, FIRST, {
-            "h200_1.big.sps": ("user_attrs.train_samples_per_s", "{:.0f}"),
-            "h200_1.big.mfu": ("user_attrs.mfu", "{:.1%}"),
-            "h200_1.big.probe_s": ("user_attrs.probe_s", "{:.1f}"),
-            "h200_1.big.train_s": ("user_attrs.train_s", "{:.1f}"),
-        }),
-        *_from(bigc, FIRST, {
-            "h200_1.bigc.sps": ("user_attrs.train_samples_per_s", "{:.0f}"),
-            "h200_1.bigc.mfu": ("user_attrs.mfu", "{:.1%}"),
-            "h200_1.bigc.probe_s": ("user_attrs.probe_s", "{:.1f}"),
-        }),
-        *_from(bare, FIRST, {"h200_1.bare.sps": (bare_sps, "{:.0f}"), "h200_1.bare.peak_mb": (bare_mb, "{:.0f}")}),
-        Figure(name="h200_1.big.peak_gb", file=big, path="user_attrs.peak_mem_mb", **gb),
-        Figure(name="h200_1.bigc.peak_gb", file=bigc, path="user_attrs.peak_mem_mb", **gb),
-        Figure(name="h200_1.bare.peak_gb", file=bare, path=bare_mb, **gb),
-        Figure(name="h200_1.vs_bare.throughput", file=big, path="user_attrs.train_samples_per_s", format="{:.2f}x", date=FIRST, over="h200_1.bare.sps"),
-        Figure(name="h200_1.vs_bare.peak_mem", file=big, path="user_attrs.peak_mem_mb", format="{:.2f}x", date=FIRST, over="h200_1.bare.peak_mb"),
-    ]  # fmt: skip
+FIRST = "2026-11-26"
 
 
 def _cpu_vs_bare() -> list[Figure]:
@@ -144,7 +36,9 @@ def _cpu_vs_bare() -> list[Figure]:
     return [
         figure
         for key, file in files.items()
-        for figure in _from(file, FIRST, {f"vs_bare.{key}.{c}": (f"summary.{field}", fmt) for c, (field, fmt) in columns.items()})
+        for figure in from_file(
+            file, FIRST, {f"vs_bare.{key}.{c}": (f"summary.{field}", fmt) for c, (field, fmt) in columns.items()}
+        )
     ]
 
 
@@ -160,12 +54,12 @@ def _cpu_knobs() -> list[Figure]:
     slow = {"bf16", "fp16", "bf16+fused"}  # refused as slow on the AVX2 host: only the slowdown was measured
     bf16_host = "knobs-causal_lm-cpu-avx512bf16.json"
     return [
-        *_from("knobs-causal_lm-cpu-avx2.json", "2026-11-22", {
-            f"knobs.avx2.{_key(c)}.{col}": (f"rows[config={c}].{field}", fmt)
+        *from_file("knobs-causal_lm-cpu-avx2.json", "2026-11-22", {
+            f"knobs.avx2.{key(c)}.{col}": (f"rows[config={c}].{field}", fmt)
             for c in configs[:-1] for col, (field, fmt) in avx2.items() if c not in slow
-        } | {f"knobs.avx2.{_key(c)}.slowdown": (f"rows[config={c}].probe_slowdown", "{:.1f}") for c in configs if c in slow} | {"knobs.avx2.overhead.probe_fraction": ("overhead.probe_fraction", "{:.1%}")}),
-        *_from(bf16_host, "2026-11-23", {
-            f"knobs.avx512bf16.target.{_key(c)}.{col}": (f"time_to_target.rows[config={c}].{field}", fmt)
+        } | {f"knobs.avx2.{key(c)}.slowdown": (f"rows[config={c}].probe_slowdown", "{:.1f}") for c in configs if c in slow} | {"knobs.avx2.overhead.probe_fraction": ("overhead.probe_fraction", "{:.1%}")}),
+        *from_file(bf16_host, "2026-11-23", {
+            f"knobs.avx512bf16.target.{key(c)}.{col}": (f"time_to_target.rows[config={c}].{field}", fmt)
             for c in configs if c != "fp16" for col, (field, fmt) in target.items()
         } | {
             "knobs.avx512bf16.overhead.probe_s": ("overhead.probe_s", "{:.2f}"),
@@ -175,7 +69,7 @@ def _cpu_knobs() -> list[Figure]:
             "knobs.avx512bf16.overhead.later_trial_s": ("overhead.later_trial_s", "{:.2f}"),
             "knobs.avx512bf16.overhead.later_fraction": ("overhead.later_probe_fraction", "{:.2%}"),
         }),
-        *_from("knobs-overhead-causal_lm-cpu-avx2.json", "2026-11-26", {
+        *from_file("knobs-overhead-causal_lm-cpu-avx2.json", "2026-11-26", {
             "knobs.avx2_1thread.probe_s": ("overhead.probe_s", "{:.2f}"),
             "knobs.avx2_1thread.trial_s": ("overhead.probed_trial_s", "{:.1f}"),
             "knobs.avx2_1thread.fraction": ("overhead.probe_fraction", "{:.1%}"),
@@ -204,10 +98,10 @@ def _cpu_small() -> list[Figure]:
         for col in ("cold", "warm")
     }
     return [
-        *_from("avoidance-cpu-avx2.json", "2026-11-25", avoid),
-        *_from("hf-data-cpu-avx512bf16.json", "2026-11-25", {k: v for k, v in data.items() if ".x1." in k}),
-        *_from("hf-data-x20-cpu-avx512bf16.json", "2026-11-25", {k: v for k, v in data.items() if ".x20." in k}),
-        *_from("notes-cost-cpu-avx512bf16.json", "2026-11-23", {
+        *from_file("avoidance-cpu-avx2.json", "2026-11-25", avoid),
+        *from_file("hf-data-cpu-avx512bf16.json", "2026-11-25", {k: v for k, v in data.items() if ".x1." in k}),
+        *from_file("hf-data-x20-cpu-avx512bf16.json", "2026-11-25", {k: v for k, v in data.items() if ".x20." in k}),
+        *from_file("notes-cost-cpu-avx512bf16.json", "2026-11-23", {
             "notes_cost.trial_note_ms": ("notes.trial_note_ms_median", "{:.2f}"),
             "notes_cost.study_note_ms": ("notes.study_note_ms_at_final_size", "{:.1f}"),
             "notes_cost.study_note_updates": ("notes.study_note_updates", "{}"),
@@ -220,11 +114,6 @@ def _cpu_small() -> list[Figure]:
     ]  # fmt: skip
 
 
-def _table(prefix: str, rows_at: str, key: str, keys: tuple, columns: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """One figure per (row, column) of a list of rows in a result file: `prefix.row.field`."""
-    return {f"{prefix}.{k}.{field}": (f"{rows_at}[{key}={k}].{field}", fmt) for k in keys for field, fmt in columns.items()}
-
-
 def _scale() -> list[Figure]:
     """scale.md (workers, sampler latency, isolation) and scale-reload.md."""
     workers = {"trials": "{}", "trials_per_s": "{:.2f}", "trial_ms_median": "{:,.0f}", "db_ms_median": "{:,.0f}"}
@@ -233,12 +122,12 @@ def _scale() -> list[Figure]:
     reload = {f"{side}_{what}": "{:.0f}" for side in ("before", "after") for what in ("trial_process_ms", "db_ms")}
     reload |= {"before_trials_read": "{}", "after_worker_ask_ms": "{:.0f}", "after_trials_read": "{}"}
     return [
-        *_from("scale-cpu-avx2.json", "2026-11-22", {
-            **_table("scale.workers", "workers", "workers", (16, 64), workers),
-            **_table("scale.growth", "growth", "size", (100, 1000, 2500, 5000, 10000), growth),
+        *from_file("scale-cpu-avx2.json", "2026-11-22", {
+            **table("scale.workers", "workers", "workers", (16, 64), workers),
+            **table("scale.growth", "growth", "size", (100, 1000, 2500, 5000, 10000), growth),
             "scale.isolation.overhead_ms": ("isolation.overhead_per_trial_ms", "{:+.0f}"),
         }),
-        *_from("scale-reload-cpu-avx2.json", "2026-11-25", _table("scale_reload", "rows", "size", (0, 1000, 5000, 10000), reload)),
+        *from_file("scale-reload-cpu-avx2.json", "2026-11-25", table("scale_reload", "rows", "size", (0, 1000, 5000, 10000), reload)),
     ]  # fmt: skip
 
 
@@ -269,9 +158,9 @@ def _scale_conn() -> list[Figure]:
         ("max100", 200, "pgbouncer"),
     )
     return [
-        *_from("scale-conn-cpu-avx512bf16.json", "2026-11-25", rows(shared, json_row)),
-        *_from("scale-conn-max50-cpu-avx2.json", "2026-11-25", rows((("max50", 100, "pgbouncer"), ("max50", 200, "pgbouncer")), json_row)),
-        *_from("scale-conn-max50-default-wait-cpu-avx2.txt", "2026-11-25", rows((("max50_wait120", 100, "postgres"), ("max50_wait120", 100, "pgbouncer")), text_row)),
+        *from_file("scale-conn-cpu-avx512bf16.json", "2026-11-25", rows(shared, json_row)),
+        *from_file("scale-conn-max50-cpu-avx2.json", "2026-11-25", rows((("max50", 100, "pgbouncer"), ("max50", 200, "pgbouncer")), json_row)),
+        *from_file("scale-conn-max50-default-wait-cpu-avx2.txt", "2026-11-25", rows((("max50_wait120", 100, "postgres"), ("max50_wait120", 100, "pgbouncer")), text_row)),
     ]  # fmt: skip
 
 
@@ -288,7 +177,7 @@ def _vs_hf() -> list[Figure]:
             for length in ("short", "default"):
                 file, tag = f"vs-hf-{task}-{length}-{host}.json", f"vs_hf.{host}.{task}.{length}"
                 one = length == "default" and task == "text_classification"  # one pair: no range
-                figures += _from(
+                figures += from_file(
                     file,
                     date,
                     {
@@ -318,7 +207,7 @@ def _vs_hf() -> list[Figure]:
         for field in detail
     }
     minilm["vs_hf.detail.hf.between_trials_s"] = ("summary.hf.between_trials_s", "{median:.2f}")  # no gap to range over
-    return figures + _from("vs-hf-text_classification-short-cpu-avx512bf16.json", "2026-11-23", minilm)
+    return figures + from_file("vs-hf-text_classification-short-cpu-avx512bf16.json", "2026-11-23", minilm)
 
 
 SWEEP = {"wall_s": "{:.1f}", "to_first_trial_s": "{:.1f}", "sweep_s": "{:.2f}", "sweep_share": "{:.1%}"}
@@ -341,22 +230,15 @@ def _sweep_share() -> list[Figure]:
         columns = SWEEP | {f"to_{k}_trained_over_joint": "{:.3f}"}
         for study in ("first", "repeated", "joint"):
             fields = columns if study != "joint" else {f: columns[f] for f in ("wall_s", "to_first_trial_s", "best")}
-            figures += _from(file, "2026-11-29", {
+            figures += from_file(file, "2026-11-29", {
                 f"sweep_share.{tag}.{study}.{field.replace(f'_{k}_', '_k_')}": (f"runs[study={study}].{field}", fmt)
                 for field, fmt in fields.items()
             })  # fmt: skip
     return figures
 
 
-def _key(config: str) -> str:
-    return config.replace("+", "_")
-
-
 FIGURES: list[Figure] = [
-    *_second_run(),
-    *_second_run_memory(),
-    *_first_run_knobs(),
-    *_first_run_big(),
+    *GPU_FIGURES,
     *_cpu_vs_bare(),
     *_cpu_knobs(),
     *_cpu_small(),
