@@ -30,7 +30,7 @@ from benchmarks.vs_bare_side import ROW_MARK
 from hpo.config.resolve import load_config
 from hpo.errors import UserInputError
 
-__all__ = ["GOALS", "SIDES", "VsBareBench", "round_order", "run_vs_bare", "summarize"]
+__all__ = ["GOALS", "SIDES", "VsBareBench", "paired_rounds", "round_order", "run_vs_bare", "summarize"]
 
 SIDES = ("hpo", "bare")
 GOALS = {"throughput_ratio": 0.99, "peak_mem_ratio": 1.03, "probe_share": 0.05}
@@ -93,6 +93,15 @@ def _mfu(sps: float | None, hpo: dict) -> float | None:
     return sps * flops / 1e12 / peak if sps and flops and peak else None
 
 
+def paired_rounds(runs: list[dict]) -> list[tuple[dict, dict]]:
+    """(hpo, bare) of each round that ran both sides, in round order. Rounds are paired by their
+    `round` and `side`, not by position: the side that runs first alternates (`round_order`)."""
+    by_round: dict[int, dict[str, dict]] = {}
+    for run in runs:
+        by_round.setdefault(run["round"], {})[run["side"]] = run
+    return [(sides["hpo"], sides["bare"]) for _, sides in sorted(by_round.items()) if set(sides) == set(SIDES)]
+
+
 def summarize(runs: list[dict]) -> dict:
     """Medians per side and the hpo / bare ratios (of the medians, and per round)."""
     side = {name: [r for r in runs if r["side"] == name and r.get("samples_per_s")] for name in SIDES}
@@ -103,7 +112,7 @@ def summarize(runs: list[dict]) -> dict:
     hpo_rows = side["hpo"]
     hpo = hpo_rows[0]["hpo"] if hpo_rows else {}
     shares = [r["hpo"]["probe_s"] / r["hpo"]["trial_s"] for r in hpo_rows if r["hpo"].get("trial_s")]
-    rounds = list(zip(runs[0::2], runs[1::2]))
+    rounds = paired_rounds(runs)
     losses = [(a.get("last_loss"), b.get("last_loss")) for a, b in rounds]
     return {
         "hpo_samples_per_s": sps["hpo"],

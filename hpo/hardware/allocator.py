@@ -3,17 +3,15 @@
 By default glibc serves large blocks with mmap and hands freed memory back to the kernel (its
 mmap and trim thresholds). A training step frees and allocates the same activations and gradients
 every step (MiniLM's 45 MiB embedding gradient among them), so each step faulted its memory back
-in: 12-34 thousand page faults a step for MiniLM at batch 16 on CPU, against none once the heap
-is kept. Fifteen MiniLM steps at max_length 64 took 18.3 s of process wall time kept against 21.1 s
-not (medians of five interleaved fresh processes on a 2-core EPYC; system time 1.3 s against
-2.9 s). `release_freed_memory` hands the
-free memory back when a trial ends, so a later trial in the same process measures its own peak.
+in, thousands of pages a step, and none once the heap is kept: a step's wall and system time fall
+(measured in docs/benchmarks/vs-hf.md, "Trial processes keep freed memory"). `release_freed_memory`
+hands the free memory back when a trial ends, so a later trial in the same process measures its
+own peak.
 
 The cost: freed blocks stay resident. A block freed while a small neighbour sits in glibc's thread
 cache cannot merge, so a loop that allocates one large size and little else can hold up to seven
 such blocks apart before reusing them (tests/hardware/test_allocator.py). A real step allocates
-much else in between: MiniLM's peak resident set was 984-1001 MiB kept against 997-1006 MiB
-by default, and the causal_lm model's 398 against 390-395 MiB.
+much else in between, so the peak resident set of a real model barely moves (the same page).
 
 Only glibc has these settings; elsewhere (macOS, musl) the system allocator runs as it is, and
 the trial records which of the two ran.

@@ -75,9 +75,8 @@ class ResidentPeak:
     """The largest resident set a thread samples every `interval_s` while inside: a CPU step's true
     high-water mark, where `MemoryMeter` reads only after forward. Under gradient checkpointing the
     step peaks inside backward (each block's recomputed activations), which the after-forward read
-    misses: fitted to it, `batch_size: auto` chose 56 samples of a d512 x 6 GPT (bf16, checkpointing,
-    limit 3 GB) and training went over the limit (3.18 GB); sampling the whole step it chose 48,
-    which peaked at 2.81 GB. Used for the few steps the peak model is fitted and confirmed on."""
+    misses: fitted to it, `batch_size: auto` chose a batch whose training went over the limit
+    (docs/memory.md). Used for the few steps the peak model is fitted and confirmed on."""
 
     def __init__(self, interval_s: float = 0.0005):
         self.interval_s, self.peak_bytes = interval_s, 0
@@ -103,8 +102,8 @@ class ResidentPeak:
 
 def resident_bytes() -> int:
     """This process's resident set in bytes (on Linux; elsewhere its peak so far). Read after every
-    training forward, so from a file kept open: opening /proc/self/statm each time cost 26 us a
-    step; a read from the open file, a few."""
+    training forward, so from a file kept open: opening /proc/self/statm each time cost several
+    times a read from the open file, every step (docs/benchmarks/vs-bare.md)."""
     try:
         return int(os.pread(_statm(), 128, 0).split()[1]) * _PAGE_BYTES
     except (OSError, ValueError, IndexError):  # not Linux: fall back to the process peak

@@ -36,8 +36,8 @@ _log = get_logger(__name__)
 # The study note is rewritten after trial 10, 20, ..., 100, then every 100 trials up to 1,000, every
 # 1,000 up to 10,000, and so on (and once by each worker as it finishes). One update reads every
 # trial, so its cost grows with the study; spacing the updates in proportion keeps the cost per
-# trial flat (bench-notes: 2.3 s per update at 1,000 trials on PostgreSQL, every 10 trials, was
-# 19% of a tiny trial).
+# trial flat (updating every 10 trials cost a large share of a short trial at 1,000 trials:
+# docs/benchmarks/notes-cost.md).
 STUDY_NOTE_EVERY = 10
 
 

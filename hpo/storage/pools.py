@@ -7,9 +7,8 @@ would hold 14 connections for 6 workers, so PostgreSQL's default of 100 would se
 `NullPool` does), and lets one thread of the process hold them at a time, whatever engine they
 come from; the others wait for it (a trial's heartbeat thread waits for its objective's write, a
 few milliseconds). A worker and its trial processes also take turns, through a lock file
-(`LOCK_ENV`). An idle worker holds none. The cost is a connect per transaction: connect +
-`SELECT 1` took 10.8 ms (median of 30) to PostgreSQL on this loaded 2-core host, 9.1 ms through
-PgBouncer; over TLS to a remote server, add its round trips (docs/scaling.md).
+(`LOCK_ENV`). An idle worker holds none. The cost is a connect per transaction, milliseconds to a
+local server or PgBouncer, more over TLS to a remote one (docs/scaling.md measures both).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ __all__ = ["EVAL_BATCH_SIZE", "TextData", "evaluation_batches", "load_corpus", "
 MIN_TOPIC_TEXTS = 20
 EVAL_FRACTION = 0.2
 # Evaluation sorts the texts by length and cuts each batch to its longest text (rounded up to
-# EVAL_WIDTH_MULTIPLE, so a compiled model sees few shapes): MiniLM's 256 texts average 13.5 tokens
-# of 64, and the cut halves evaluation here. 32 was the fastest batch size with the cut (0.71 s
-# against 0.77 s at 64 and 1.1 s at 128; without it all sizes took 1.2-1.4 s).
+# EVAL_WIDTH_MULTIPLE, so a compiled model sees few shapes): MiniLM's short texts fill a fraction
+# of the 64 tokens, so the cut saves most of evaluation's padding. 32 was the fastest batch size
+# with the cut (timings in docs/benchmarks/vs-hf.md, "What a trial costs outside its training steps").
 EVAL_BATCH_SIZE = 32
 EVAL_WIDTH_MULTIPLE = 8
 # The split never depends on the trial or workload seed, so every trial is scored on the same texts.
@@ -60,8 +60,8 @@ def load_corpus() -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
     """(topics, (text, topic index) pairs): unique utterances, those found under two topics dropped."""
     import yaml
 
-    # libyaml's safe loader when PyYAML was built with it: 0.02 s for the corpus instead of 0.3 s,
-    # in every study's start-up. Both build the same Python objects.
+    # libyaml's safe loader when PyYAML was built with it: an order of magnitude faster on the corpus,
+    # in every study's start-up (docs/benchmarks/vs-hf.md). Both build the same Python objects.
     yaml_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     seen: dict[str, set[str]] = collections.defaultdict(set)
     root = resources.files("chatterbot_corpus") / "data" / "english"

@@ -163,8 +163,9 @@ class TextClassification(Workload):
 
 def own_weights(model: nn.Module) -> None:
     """Copy the weights out of the checkpoint file's memory map into the process's own memory.
-    from_pretrained leaves them mapped, so the first optimizer step copy-on-write faults every page:
-    0.2 s for MiniLM here, in every trial process and every probe model. The copy takes 0.04 s."""
+    from_pretrained leaves them mapped, so the first optimizer step copy-on-write faults every page,
+    in every trial process and every probe model; the copy costs a fraction of that
+    (docs/benchmarks/vs-hf.md)."""
     with torch.no_grad():
         for tensor in itertools.chain(model.parameters(), model.buffers()):
             tensor.data = tensor.data.clone()

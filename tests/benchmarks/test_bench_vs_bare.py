@@ -84,8 +84,8 @@ def test_the_summary_pairs_each_round_and_takes_the_probe_share_from_hpo():
     hpo = {"probe_s": 1.0, "trial_s": 10.0, "model_flops_per_sample": 1e9, "peak_tflops": 1.0, "mfu": 0.09}
     run = {"peak_mem_mb": 110.0, "base_mem_mb": 10.0, "last_loss": 2.0, "verdict": "ok"}
     runs = [
-        {**run, "side": "hpo", "samples_per_s": 90.0, "hpo": hpo},
-        {**run, "side": "bare", "samples_per_s": 100.0, "peak_mem_mb": 60.0},
+        {**run, "round": 1, "side": "hpo", "samples_per_s": 90.0, "hpo": hpo},
+        {**run, "round": 1, "side": "bare", "samples_per_s": 100.0, "peak_mem_mb": 60.0},
     ]
     summary = summarize(runs)
     assert summary["throughput_ratio"] == pytest.approx(0.9)
@@ -95,6 +95,38 @@ def test_the_summary_pairs_each_round_and_takes_the_probe_share_from_hpo():
     assert summary["probe_share"] == pytest.approx(0.1)
     assert summary["hpo_mfu"] == pytest.approx(0.09) and summary["bare_mfu"] == pytest.approx(0.1)
     assert summary["last_loss_max_rel_diff"] == 0
+
+
+def test_the_per_round_ratios_pair_each_round_by_side_whatever_side_ran_first():
+    hpo = {"probe_s": 1.0, "trial_s": 10.0}
+    run = {"peak_mem_mb": 110.0, "base_mem_mb": 10.0, "verdict": "ok"}
+    speeds_losses = {(1, "hpo"): (90.0, 2.0), (1, "bare"): (100.0, 2.0), (2, "hpo"): (110.0, 3.0), (2, "bare"): (100.0, 2.0)}
+    runs = [  # as run_vs_bare writes them: hpo first in round 1, bare first in round 2
+        {
+            **run,
+            "round": r + 1,
+            "side": side,
+            "samples_per_s": speeds_losses[r + 1, side][0],
+            "last_loss": speeds_losses[r + 1, side][1],
+            "hpo": hpo,
+        }
+        for r in range(2)
+        for side in round_order(r)
+    ]
+    assert [(row["round"], row["side"]) for row in runs] == [(1, "hpo"), (1, "bare"), (2, "bare"), (2, "hpo")]
+    summary = summarize(runs)
+    assert summary["throughput_ratio_per_round"] == [pytest.approx(0.9), pytest.approx(1.1)]
+    assert summary["last_loss_max_rel_diff"] == pytest.approx(0.5)  # round 2: hpo 3.0 against bare 2.0
+
+
+def test_a_round_cut_short_before_its_second_side_has_no_ratio():
+    run = {"peak_mem_mb": 110.0, "base_mem_mb": 10.0, "verdict": "ok", "hpo": {}}
+    runs = [
+        {**run, "round": 1, "side": "hpo", "samples_per_s": 90.0},
+        {**run, "round": 1, "side": "bare", "samples_per_s": 100.0},
+        {**run, "round": 2, "side": "bare", "samples_per_s": 100.0},
+    ]
+    assert summarize(runs)["throughput_ratio_per_round"] == [pytest.approx(0.9)]
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TextClassificationOptions(WorkloadOptions):
     model: Literal["minilm", "tiny"] = "minilm"  # tiny: random 2-layer BERT, same tokenizer, for tests
-    # Every text is padded or truncated to this many tokens. Texts average 15 tokens and 6% exceed 32;
-    # 32 keeps a 2-core CPU MiniLM step near 0.5 s (64: about 0.9 s).
+    # Every text is padded or truncated to this many tokens. The corpus's texts are short (few exceed
+    # 32), and 32 keeps a CPU MiniLM step about half as long as 64 (docs/benchmarks/vs-hf.md).
     max_length: int = 32
     dropout: float = 0.1  # hidden-state dropout
     # Dropout on attention probabilities. Off by default: with it, torch's CPU SDPA runs only the math
