@@ -146,7 +146,8 @@ class TrialRecord(_Record):
     slowdown: float | None = Field(
         None,
         description="the trial's fastest steady training step over the fp32/eager reference's step: what the slow check "
-        "judged (on a Lightning trial, the probe's timed step)",
+        "judged (on a Lightning trial, the probe's timed step); on a `slow` trial, the number its verdict states, both "
+        "sides timed in the proof",
     )
     slowdown_timed_apart_s: float | None = Field(
         None,
@@ -154,6 +155,13 @@ class TrialRecord(_Record):
         "that far apart, not side by side, so a machine busier at one moment than the other moves it (a `slow` "
         "verdict is only given after timing both side by side); null when the reference's time is unknown or the "
         "trial recorded no slowdown",
+    )
+    slowdown_timed_again: dict | None = Field(
+        None,
+        description="set when the slowdown against the stored reference time was implausibly low (under 0.5): the trial's "
+        "knobs and the reference timed again side by side, one step each a round; `slowdown` is then step_ms / "
+        "reference_ms from here, and `stored_reference_ms` / `slowdown_against_stored` what it replaced. A faster "
+        "reference step replaces the stored one for later trials",
     )
     slow_not_confirmed: str | None = Field(
         None,
@@ -177,6 +185,12 @@ class TrialRecord(_Record):
     probe_grad_floor: float | None = Field(None, description="the same floor for the gradients (global L2)")
     probe_loss_bound: float | None = Field(None, description="the bound `probe_loss_rel_err` was judged against")
     probe_grad_bound: float | None = Field(None, description="the bound `probe_grad_rel_err` was judged against")
+    probe_numerics_not_judged: str | None = Field(
+        None,
+        description="why the probe's loss and gradient errors were not judged: its fp32/eager reference was observed "
+        "running other knobs (`the reference ran sdpa_flash, not eager: this workload ignores `attention``), so an "
+        "error against it would measure nothing; the errors and bounds are then null",
+    )
     train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
     step_time_ms: float | None = Field(None, description="median steady-state step time")
     peak_mem_mb: float | None = Field(None, description="peak memory (see below)")
@@ -275,6 +289,7 @@ class RecordKey:
     PROBE_REFERENCE_REUSED = "probe_reference_reused"
     SLOWDOWN = "slowdown"
     SLOWDOWN_TIMED_APART_S = "slowdown_timed_apart_s"
+    SLOWDOWN_TIMED_AGAIN = "slowdown_timed_again"
     SLOW_NOT_CONFIRMED = "slow_not_confirmed"
     SLOW_NOT_JUDGED = "slow_not_judged"
     PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
@@ -283,6 +298,7 @@ class RecordKey:
     PROBE_GRAD_FLOOR = "probe_grad_floor"
     PROBE_LOSS_BOUND = "probe_loss_bound"
     PROBE_GRAD_BOUND = "probe_grad_bound"
+    PROBE_NUMERICS_NOT_JUDGED = "probe_numerics_not_judged"
     TRAIN_SAMPLES_PER_S = "train_samples_per_s"
     STEP_TIME_MS = "step_time_ms"
     PEAK_MEM_MB = "peak_mem_mb"

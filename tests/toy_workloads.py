@@ -128,3 +128,11 @@ class HparamFreeToy(Toy):
     """`Toy`, declaring that its model and loss never read the training hyperparameters."""
 
     model_reads_hparams = False
+
+
+class AttentionIgnoringToy(Toy):
+    """`Toy` wrapped as a model that ignores the attention knob: SDPA whatever is asked, as a Whisper
+    wrapper that lets transformers choose its attention builds SDPA."""
+
+    def build_model(self, attention: str) -> nn.Module:
+        return ToyModel(self.options, attention_function("sdpa"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from hpo.config.resolve import load_config
@@ -16,11 +17,16 @@ __all__ = ["retrain"]
 
 
 def retrain(path: Path) -> tuple[TrialConfig, TrialOutcome]:
-    """Read and validate `path` (any config format, every value fixed), then train it. A trial
+    """Read and validate `path` (any config format, every value fixed), then train it, with its
+    speed recorded but never judged `slow` (`study.skip_slow` read as false). A trial
     that fails outside any verdict (the workload, its data, a bug) ends with its `error:` verdict
     and its traceback under `error_traceback`, as a study's trial does: that is the trial's outcome,
     not hpo's internal error."""
-    config = load_config(path)
+    # Trained, whatever its speed: the config names what the user wants to run, and a `slow` verdict
+    # refuses a trial to spare a study's budget. Its speed against the reference is still recorded
+    # (`slowdown`); only what cannot run is refused. An EfficientNet exported from a study was
+    # refused `slow` by one command and trained by the identical next one on a busy host.
+    config = dataclasses.replace(load_config(path), skip_slow=False)
     # As a study's trial processes find them (the forkserver's warm-up): torch's lazy imports are
     # this command's start-up, not its probe's time.
     preload_lazy_imports()

@@ -220,4 +220,5 @@ def _probe_attrs(probe: ProbeResult) -> dict:
         RecordKey.PROBE_GRAD_FLOOR: probe.grad_floor,
         RecordKey.PROBE_LOSS_BOUND: probe.loss_bound,
         RecordKey.PROBE_GRAD_BOUND: probe.grad_bound,
+        RecordKey.PROBE_NUMERICS_NOT_JUDGED: probe.numerics_not_judged,
     }

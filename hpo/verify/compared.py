@@ -54,6 +54,9 @@ class ComparedReference:
     initial: dict[str, torch.Tensor]
     samples: int
     floors: dict[str, Errors] = field(default_factory=dict)
+    # Why the step is no fp32/eager reference (it ran another kernel or dtype): comparisons against
+    # it judge nothing (`hpo.verify.reference_knobs.ran_other_than_reference`). None: its own knobs were observed as asked.
+    ran_other: str | None = None
 
     def on_host(self) -> ComparedReference:
         """A copy on the host, sharing no storage with the probe's tensors: `initial` holds the
@@ -64,6 +67,7 @@ class ComparedReference:
             {k: v.detach().to("cpu", copy=True) for k, v in self.initial.items()},
             self.samples,
             self.floors,  # shared: a floor measured later is kept for the next probe too
+            self.ran_other,
         )
 
     def to(self, device: torch.device) -> ComparedReference:
@@ -75,6 +79,7 @@ class ComparedReference:
             {k: v.to(device) for k, v in self.initial.items()},
             self.samples,
             self.floors,
+            self.ran_other,
         )
 
 

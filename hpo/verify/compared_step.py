@@ -134,6 +134,11 @@ class ComparedSteps:
             return _Failure(f"non-finite loss {loss} under {precision}")
         if not _all_finite(grads):
             return _Failure(f"non-finite gradients under {precision} (overflow)")
+        if self.kept.ran_other is not None:
+            # Not the reference: an error against it measures nothing (sdpa "against eager" read
+            # exactly 0 where both had run SDPA). Unjudged, and said so.
+            self.result.numerics_not_judged = self.kept.ran_other
+            return None
         errors = relative_errors(loss, grads, self.kept.loss, self.kept.grads)
         bound = self.bound(precision)
         if knobs == self.config.knobs:

@@ -42,17 +42,21 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.flops import counting_flops
+from hpo.evidence.capture import capture_step
+from hpo.evidence.observe import observed_knobs
 from hpo.hardware.memory import free_memory, hand_back_freed, resident_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.compared import ComparedReference, KeptReferences, compared_key
 from hpo.verify.compared_step import ComparedSteps, loss_and_grads
+from hpo.verify.emulated import emulated_slow
+from hpo.verify.machine_facts import MachineFacts
 from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.reference import time_reference
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.reference_knobs import REFERENCE_KNOBS, ran_other_than_reference
 from hpo.verify.slow import SlowLimit
-from hpo.verify.slow_proof import prove_slow
+from hpo.verify.slow_proof import SlowProof, prove_slow
 from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy, time_model
 from hpo.workloads.base import Batch, Workload
 
@@ -76,6 +80,7 @@ def run_probe(
     references: KeptReferences | None = None,
     policy: TimingPolicy = DEFAULT_POLICY,
     keep_timed: bool = False,
+    machine: MachineFacts | None = None,
 ) -> ProbeResult:
     """Probe the trial's knobs. `store` keeps the reference's step time between probes;
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
@@ -85,7 +90,9 @@ def run_probe(
     `policy` times the trial's steps (probe_first's sweep takes one, `ONE_STEP`); a `slow` verdict is
     only ever given by the steady proof (`hpo.verify.slow_proof`), whatever `policy` is. `keep_timed`
     hands a passing timed probe's trial model on as it is, stepped (`ProbeResult.timed_model`: for
-    probe_first's race, which times it again, never for training).
+    probe_first's race, which times it again, never for training). A precision this CPU only
+    emulates is `slow` from `machine`'s stored fact (`hpo.verify.emulated`), before anything is built,
+    where the study judges speed; `machine` defaults to this machine's facts folder.
 
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
@@ -93,6 +100,9 @@ def run_probe(
     if keep_model and timed:
         raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
     start = time.perf_counter()
+    emulated = emulated_slow(config.knobs.precision, device, machine) if config.skip_slow else None
+    if emulated is not None:  # proven once for this machine, whatever the model (`hpo.verify.emulated`)
+        return ProbeResult(verdict=emulated, blame="machine fact", probe_s=time.perf_counter() - start)
     store = store if store is not None else MemoryVerdicts()
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
     key = compared_key(workload, config, device)
@@ -228,6 +238,7 @@ def _time_trial(
     over_ms = reference_ms * limit.ratio if config.skip_slow else None
     timed = time_model(trial, batch, policy, stop_past_ms=over_ms)
     stopped = timed.outlasted_ms is not None
+    proof = SlowProof()
     if stopped or (config.skip_slow and limit.verdict(config.knobs, timed.best_ms) is not None):
         # The trial's model, timed just now and handed on to nothing, is warm for the proof, and the
         # steps just timed are the proof's first of the knobs.
@@ -241,7 +252,8 @@ def _time_trial(
     result.trial_step_stopped = stopped
     result.trial_step_ms = timed.outlasted_ms if stopped else timed.best_ms
     result.trial_steps_ms = list(timed.times_ms)
-    result.slowdown = limit.slowdown(result.trial_step_ms)
+    # A verdict's slowdown is the one its text states, timed beside the reference.
+    result.slowdown = proof.slowdown if result.slow is not None else limit.slowdown(result.trial_step_ms)
 
 
 def _reference_step(
@@ -251,7 +263,8 @@ def _reference_step(
     trained). Returns its compared step and what that step added to the resident set. The step
     also counts the model's FLOPs per sample into `store`, when the study has no count yet and the
     step is not a compiled trial's whole batch: the reference is the plain eager fp32 model the count needs
-    (`hpo.engine.flops`), so the trial's speed record need not build another."""
+    (`hpo.engine.flops`), so the trial's speed record need not build another. What the step ran is
+    observed, as a trial's is: a reference that ran other knobs judges no comparison."""
     # Its own parameters, not a copy: the compared step does not update them, and the reference is
     # timed (updating them) only after the trial's compared step has loaded them. Buffers are
     # copied (they are small): a train-mode step updates batch norm's running statistics.
@@ -261,10 +274,11 @@ def _reference_step(
     samples = reference.workload.samples_in(compared)
     # Not a compiled trial's whole batch: counting it would cost more than the speed record's own count.
     count = not config.knobs.compile and store.get(flops_key(config, device)) is None
-    resident = resident_bytes()
-    with counting_flops() if count else contextlib.nullcontext() as flops:
-        loss, grads = loss_and_grads(reference, reference.move(compared))
-    growth = resident_bytes() - resident
+    with capture_step(reference) as seen:  # started outside the growth measured: the profiler's own memory is not the step's
+        resident = resident_bytes()
+        with counting_flops() if count else contextlib.nullcontext() as flops:
+            loss, grads = loss_and_grads(reference, reference.move(compared))
+        growth = resident_bytes() - resident
     if count:
         store.put(flops_key(config, device), {"model_flops_per_sample": flops.total / samples})
-    return ComparedReference(loss, grads, initial, samples), growth
+    return ComparedReference(loss, grads, initial, samples, ran_other=ran_other_than_reference(observed_knobs(seen))), growth

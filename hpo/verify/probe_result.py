@@ -36,7 +36,8 @@ class ProbeResult:
     probe_s: float = 0.0
     reference_reused: bool = False  # the reference's compared step was read from an earlier probe's
     # How the verdict was proven: "contract" (a known upstream failure), "evidence" (a knob ran as
-    # something else), "differential" (the reference passes where these knobs fail). None when ok.
+    # something else), "differential" (the reference passes where these knobs fail), "machine fact" (a
+    # precision this CPU emulates, `hpo.verify.emulated`). None when ok.
     blame: str | None = None
     # A timed probe's `slow` verdict at the trial's batch size, apart from `verdict`: compatibility
     # holds at every batch size, speed is judged per batch size (`hpo.verify.cache.speed_key`).
@@ -44,6 +45,8 @@ class ProbeResult:
     # Why a timed probe gave no `slow` verdict although its steps were over the limit: the
     # reference's own steps varied too much to judge (`hpo.verify.slow_proof.SlowProof`).
     slow_not_judged: str | None = None
+    # Why the compared step's errors were not judged: the reference ran other knobs than its own.
+    numerics_not_judged: str | None = None
     # With `keep_model`, a passing probe's trial model, restarted at its initial weights: the
     # trial trains it instead of building its own. Never part of the record.
     model: AssembledModel | None = field(default=None, repr=False, compare=False)

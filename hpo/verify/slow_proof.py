@@ -7,17 +7,17 @@ attention or optimizer. So before a `slow` verdict is cached, the differing valu
 the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and only the subset that is
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
 first measurement was noise (a busy machine) and nothing is cached. The two sides are timed
-interleaved, a steady timing of the reference (the fast side) then one step of the knobs a round,
-for at least three rounds and until the knobs' steps are steady too (`hpo.verify.steady`: untimed
-steps at the timed shape first, then repeats until the fastest agree, or a cap): the values are
-slow only if the knobs' fastest step is over the limit against the reference's fastest after every
-round, so neither a machine busier than when the reference was first timed nor a burst of load
-makes a value look slow. A burst would have to slow every step of the knobs and spare the
-reference's timings between them. A step of the knobs is stopped once it has run past the limit
-against the reference's fastest so far (`hpo.verify.step_deadline`): its time is then known to be
-over the limit, which is all a round asks, and an emulated bf16 MiniLM step (17 s on an AVX2 core)
-costs 5x the reference's 1.1 s instead; a verdict on such steps says the slowdown is at least
-that. When the reference's own steps disagree by more than MAX_REFERENCE_SPREAD, this machine cannot
+interleaved, one step of each a round, the side that goes first alternating, after one untimed
+step of each at the timed shape; for at least three rounds and until the knobs' steps are steady
+(`hpo.verify.steady`) and the reference's fastest agree: the values are slow only if the knobs'
+fastest step is over the limit against the reference's fastest after every round. Both sides get
+as many steps and are judged by the same statistic, so neither a machine busier than when the
+reference was first timed nor a burst of load makes a value look slow: a burst would have to slow
+every step of the knobs and spare the reference's steps between them. A step of the knobs is
+stopped once it has run past the limit against the reference's fastest so far
+(`hpo.verify.step_deadline`): its time is then known to be over the limit, which is all a round
+asks, and an emulated bf16 MiniLM step costs 5x the reference's instead of its full 15x; a verdict
+on such steps says the slowdown is at least that. When the reference's own steps disagree by more than MAX_REFERENCE_SPREAD, this machine cannot
 tell a slow value from its own noise: nothing is judged, and the proof says why.
 """
 
@@ -37,28 +37,31 @@ from hpo.hardware.runtime import seed_everything
 from hpo.verdicts import Verdict
 from hpo.verify.blame import isolate
 from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.side_by_side import MAX_REFERENCE_SPREAD, SideBySide
 from hpo.verify.slow import SlowLimit
 from hpo.verify.steady import DEFAULT_POLICY, StepTimes, TimingPolicy, time_model
 from hpo.workloads.base import Batch, Workload
 
-__all__ = ["MAX_REFERENCE_SPREAD", "SlowProof", "prove_slow", "time_knobs"]
+__all__ = ["MAX_REFERENCE_SPREAD", "SlowProof", "prove_slow", "time_knobs", "time_side_by_side"]
 
 # Rounds of (reference timing, knobs step) a subset must be slow in, each against the fastest of
 # all so far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing.
 # One step of the knobs a round, not a steady timing: that cost 9 steps of an emulated fp16 (257 ms
 # each on the quickstart) where 3 interleaved with the reference's prove as much.
 PROOF_ROUNDS = 3
-# A reference whose steady steps spread wider than this is too noisy to judge a slowdown against.
-MAX_REFERENCE_SPREAD = 0.25
 
 
 @dataclass(frozen=True)
 class SlowProof:
     """What the proof found: the `slow` verdict of the values slow on their own, or none; and when
-    nothing could be judged, why (`not_judged`)."""
+    nothing could be judged, why (`not_judged`). With a verdict, `slowdown` is the number its text
+    states (the implicated values' fastest step over the reference's fastest, timed side by side),
+    a lower bound when `at_least`: the one figure a trial records beside it."""
 
     verdict: Verdict | None = None
     not_judged: str | None = None
+    slowdown: float | None = None
+    at_least: bool = False
 
 
 class _NotJudged(Exception):
@@ -82,6 +85,20 @@ def time_knobs(
 def _built(workload: Workload, config: TrialConfig, knobs: Knobs, device: torch.device) -> Iterator[AssembledModel]:
     seed_everything(config.seed)
     yield AssembledModel(workload, knobs, config.training, device)
+
+
+def time_side_by_side(
+    workload: Workload, config: TrialConfig, device: torch.device, policy: TimingPolicy = DEFAULT_POLICY
+) -> tuple[float, float]:
+    """The fastest step of the trial's knobs and of the reference (ms), each a fresh model at the
+    trial's batch, timed side by side in at least PROOF_ROUNDS rounds and until both are steady."""
+    batch = next(workload.train_batches(config.training.batch_size, config.seed))
+    unjudged = SlowLimit(reference_ms=math.inf, ratio=math.inf, batch_size=config.training.batch_size)
+    with _built(workload, config, REFERENCE_KNOBS, device) as reference, _built(workload, config, config.knobs, device) as knobs:
+        rounds = SideBySide(reference, knobs, batch, unjudged, policy)
+        while rounds.count < PROOF_ROUNDS or not rounds.settled():
+            rounds.one_round()
+        return min(rounds.knobs.ms), min(rounds.reference_ms)
 
 
 def prove_slow(
@@ -109,18 +126,22 @@ def prove_slow(
     step took 17 s."""
     batch = next(workload.train_batches(config.training.batch_size, config.seed))
     with _built(workload, config, REFERENCE_KNOBS, device) as reference:
+        judged: list[SlowProof] = []
 
         def slow(knobs: Knobs) -> Verdict | None:
             if warm is not None and knobs == warm.knobs:
                 # Warm whether or not its steps were given: none of it is stepped untimed again.
-                return _slow_in_every_round(reference, warm, batch, knobs, limit, policy, warm_timing or StepTimes((), 0))
-            with _built(workload, config, knobs, device) as assembled:
-                return _slow_in_every_round(reference, assembled, batch, knobs, limit, policy)
+                judged.append(_slow_in_every_round(reference, warm, batch, knobs, limit, policy, warm_timing or StepTimes((), 0)))
+            else:
+                with _built(workload, config, knobs, device) as assembled:
+                    judged.append(_slow_in_every_round(reference, assembled, batch, knobs, limit, policy))
+            return judged[-1].verdict
 
         try:
-            return SlowProof(isolate(config.knobs, slow))
+            verdict = isolate(config.knobs, slow)
         except _NotJudged as exc:
             return SlowProof(None, str(exc))
+        return judged[-1] if verdict is not None else SlowProof()
 
 
 def _slow_in_every_round(
@@ -131,71 +152,31 @@ def _slow_in_every_round(
     limit: SlowLimit,
     policy: TimingPolicy,
     warm_timing: StepTimes | None = None,
-) -> Verdict | None:
-    """Rounds of a steady timing of the reference then one step of `knobs`, at least PROOF_ROUNDS
-    and until the knobs' steps are steady under `policy`; a verdict only if the knobs were over the
-    limit after every round. Each step of the knobs stops once past the limit (its time is then a
-    lower bound, over the limit). `warm_timing` not None: `assembled` is warm, and that timing,
-    taken on it just now, is its first round's."""
-    one_step = policy.one_step()
-    # The reference's first timing is steady however long its step: its fastest steps are what the
-    # spread check reads, and under max_timed_s a 1.2 s MiniLM reference step on an AVX2 core was
-    # timed once a round, each after a stopped bf16 step (1268, 1370, 1724 ms: 36%, not judged).
-    steady_reference = dataclasses.replace(policy, max_timed_s=math.inf)
-    reference_steps: list[float] = []
-    knobs_steps = _KnobsSteps()
-    rounds = 0
-    while rounds < PROOF_ROUNDS or not policy.settled(knobs_steps.ms):
-        first = rounds == 0
-        # The reference is the fast side: a steady timing of it every round costs little beside one
-        # step of slow knobs, and its fastest steps come from a run of steps, not from the single
-        # step after a long one (on CI a 2 ms reference step read 25% apart after each 250 ms one).
-        reference_steps += time_model(reference, batch, steady_reference if first else policy.timed_only()).times_ms
-        over_ms = min(reference_steps) * limit.ratio
-        if first and warm_timing is not None and _decides(warm_timing, over_ms):
-            knobs_steps.add(warm_timing)  # the first round's steps of a warm model are those given
-        else:
-            step = one_step if first and warm_timing is None else one_step.timed_only()
-            knobs_steps.add(time_model(assembled, batch, step, stop_past_ms=over_ms))
-        rounds += 1
-        if min(knobs_steps.ms) <= over_ms:
-            return None
-    # Slow in every round. Judged only if the reference's own steps, all rounds together, held
-    # still: where even its fastest steps disagree widely, the knobs' may be slowed by the same noise.
-    timed = StepTimes(tuple(reference_steps), policy.warmup_steps, policy.window)
+) -> SlowProof:
+    """Rounds of one step of each side, the side that goes first alternating, at least PROOF_ROUNDS
+    and until both sides are steady (`SideBySide.settled`); a verdict only if the fastest step of the
+    knobs was over the limit against the fastest of as many reference steps after every round from
+    the PROOF_ROUNDS-th on. Each
+    step of the knobs stops once past the limit (its time is then a lower bound, over the limit).
+    `warm_timing` not None: `assembled` is warm, and that timing, taken on it just now beside as
+    many reference steps, is its first round's when it decides one."""
+    rounds = SideBySide(reference, assembled, batch, limit, policy)
+    if warm_timing is not None:
+        rounds.first_with(warm_timing)
+    while rounds.count < PROOF_ROUNDS or not rounds.settled():
+        rounds.one_round()
+        # Cleared only on as many steps of each side as a verdict needs: one reference step slowed
+        # by a burst would otherwise clear any knobs in the first round.
+        if rounds.count >= PROOF_ROUNDS and min(rounds.knobs.ms) <= rounds.over_ms():
+            return SlowProof()
+    # Slow in every round. Judged only if the reference's own steps held still: where even its
+    # fastest steps disagree widely, the knobs' may be slowed by the same noise.
+    timed = StepTimes(tuple(rounds.reference_ms), 0, policy.window)
     if timed.spread > MAX_REFERENCE_SPREAD:
         raise _NotJudged(f"reference spread {timed.spread:.0%} (over {MAX_REFERENCE_SPREAD:.0%}; steps {_ms(timed)})")
-    fastest, at_least = knobs_steps.fastest()
-    return dataclasses.replace(limit, reference_ms=timed.best_ms).verdict(knobs, fastest, at_least=at_least)
-
-
-def _decides(timing: StepTimes, over_ms: float) -> bool:
-    """Whether a timing taken before this round can stand for its step of the knobs: whole steps
-    can, and a step stopped past `over_ms`. No steps (a warm model handed on untimed) cannot, nor
-    a step stopped short of `over_ms` (`hpo probe` stops against the stored reference time, which
-    can be below the reference's time now): it only shows the step ran that long."""
-    return bool(timing.times_ms) or (timing.outlasted_ms is not None and timing.outlasted_ms > over_ms)
-
-
-@dataclass
-class _KnobsSteps:
-    """The knobs' steps across the rounds (ms): whole steps, and steps stopped past the limit, whose
-    time is only known to be at least that."""
-
-    ms: list[float] = dataclasses.field(default_factory=list)
-    stopped: list[bool] = dataclasses.field(default_factory=list)
-
-    def add(self, timing: StepTimes) -> None:
-        self.ms += timing.times_ms
-        self.stopped += [False] * len(timing.times_ms)
-        if timing.outlasted_ms is not None:
-            self.ms.append(timing.outlasted_ms)
-            self.stopped.append(True)
-
-    def fastest(self) -> tuple[float, bool]:
-        """The fastest step, and whether it was stopped (its time a lower bound)."""
-        i = min(range(len(self.ms)), key=self.ms.__getitem__)
-        return self.ms[i], self.stopped[i]
+    fastest, at_least = rounds.knobs.fastest()
+    judged = dataclasses.replace(limit, reference_ms=timed.best_ms)
+    return SlowProof(judged.verdict(knobs, fastest, at_least=at_least), slowdown=judged.slowdown(fastest), at_least=at_least)
 
 
 def _ms(timed: StepTimes) -> str:

@@ -25,7 +25,14 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"
 
 def _space(tmp_path: Path, precision, **workload) -> Path:
     space = {
-        "study": {"name": "codes", "sampler": {"name": "random", "seed": 0}, "pruner": {"name": "none"}, "n_trials": 3},
+        # Speed unjudged: on a CPU that emulates fp16 a machine fact would reject it as slow first.
+        "study": {
+            "name": "codes",
+            "sampler": {"name": "random", "seed": 0},
+            "pruner": {"name": "none"},
+            "n_trials": 3,
+            "skip_slow": False,
+        },
         # overflow pushes activations past fp16's range: every fp16 trial is rejected by the probe.
         "workload": {"name": "toy_workloads:Toy", "max_steps": 3, "eval_every": 3, "overflow": 1.0e5, "n_blocks": 2, **workload},
         "systems": {"precision": precision, "attention": "eager", "optimizer": "fused", "compile_backend": "eager"},

@@ -53,8 +53,8 @@ def built(monkeypatch) -> list:
 
     kept = probe_module.ComparedReference
 
-    def recording_reference(loss, grads, initial, samples):
-        reference = kept(loss, grads, initial, samples)
+    def recording_reference(loss, grads, initial, samples, **kwargs):
+        reference = kept(loss, grads, initial, samples, **kwargs)
         refs.append(("compared reference", weakref.ref(reference)))
         refs.extend(("compared gradient", weakref.ref(g)) for g in grads)
         return reference

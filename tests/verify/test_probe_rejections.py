@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import toy_config
+from conftest import judged_despite_noise, toy_config
 
 from hpo.config.trial import Knobs
+from hpo.verdicts import Kind
 from hpo.verify.probe import run_probe
 from hpo.workloads.catalog import create_workload
 
@@ -87,10 +88,25 @@ def test_a_knob_that_ran_otherwise_is_rejected(monkeypatch):
 
 
 @pytest.mark.slow
-def test_working_but_much_slower_combination_is_flagged_with_its_ratio():
-    """fp16 matmuls on a CPU without fp16 units run one to two orders of magnitude slower."""
+def test_a_precision_this_cpu_emulates_is_slow_from_the_machine_fact(tmp_path, monkeypatch):
+    """fp16 matmuls on a CPU without fp16 units run one to two orders of magnitude slower: proven
+    once for the machine (`hpo.verify.emulated`), and the probe rejects fp16 for any model from it."""
+    if torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        pytest.skip("this CPU has native fp16 matmuls")
+    monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path))
+    result = probe(Knobs(precision="fp16", attention="eager", optimizer="fused"), skip_slow=True, slow_ratio=3.0)
+    assert result.verdict.kind is Kind.SLOW and result.blame == "machine fact", result
+    assert result.verdict.detail.startswith("emulated on this CPU (fp16 matmul ") and result.verdict.implicates == (
+        ("precision", "fp16"),
+    )
+
+
+def test_working_but_much_slower_combination_is_flagged_with_its_ratio(monkeypatch):
+    """With no machine fact that settles it (a stored ratio under the threshold), the per-model
+    proof times fp16 beside fp32: one to two orders of magnitude slower on a CPU without fp16 units."""
+    monkeypatch.setattr("hpo.verify.probe.emulated_slow", lambda *args: None)
     knobs = Knobs(precision="fp16", attention="eager", optimizer="fused")
-    result = probe(knobs, skip_slow=True, slow_ratio=3.0, d_model=384, seq_len=64, n_blocks=1)
+    result = judged_despite_noise(lambda: probe(knobs, skip_slow=True, slow_ratio=3.0, d_model=384, seq_len=64, n_blocks=1))
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
         pytest.skip("this CPU has native fp16 matmuls")
     assert result.ok and str(result.slow).startswith("slow: "), result
