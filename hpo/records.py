@@ -177,7 +177,17 @@ class TrialRecord(_Record):
     probe_grad_floor: float | None = Field(None, description="the same floor for the gradients (global L2)")
     probe_loss_bound: float | None = Field(None, description="the bound `probe_loss_rel_err` was judged against")
     probe_grad_bound: float | None = Field(None, description="the bound `probe_grad_rel_err` was judged against")
-    train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
+    train_samples_per_s: float | None = Field(
+        None,
+        description="samples trained over `train_s`: the speed a user gets, every wait for a batch (a loader worker "
+        "starting each epoch) and the compiling step included; what a throughput objective optimizes. Null when no "
+        "training step was timed",
+    )
+    steady_samples_per_s: float | None = Field(
+        None,
+        description="samples per second at the median steady-state step (`step_time_ms`): the compute's speed, which "
+        "a wait only some steps pay does not move; MFU is computed from it. Null without a steady step",
+    )
     step_time_ms: float | None = Field(None, description="median steady-state step time")
     peak_mem_mb: float | None = Field(None, description="peak memory (see below)")
     n_params: int | None = Field(None, description="the model's parameter count")
@@ -193,7 +203,9 @@ class TrialRecord(_Record):
     model_flops_per_sample: float | None = Field(
         None, description="model FLOPs of one forward and backward pass per sample (recomputation not counted)"
     )
-    achieved_tflops: float | None = Field(None, description="model FLOPs per sample x samples/s, in TFLOP/s")
+    achieved_tflops: float | None = Field(
+        None, description="model FLOPs per sample x `steady_samples_per_s`, in TFLOP/s (the steady steps' compute)"
+    )
     mfu: float | None = Field(
         None, description="achieved over the device's peak for the trial's precision; null without a known peak"
     )
@@ -284,6 +296,7 @@ class RecordKey:
     PROBE_LOSS_BOUND = "probe_loss_bound"
     PROBE_GRAD_BOUND = "probe_grad_bound"
     TRAIN_SAMPLES_PER_S = "train_samples_per_s"
+    STEADY_SAMPLES_PER_S = "steady_samples_per_s"
     STEP_TIME_MS = "step_time_ms"
     PEAK_MEM_MB = "peak_mem_mb"
     N_PARAMS = "n_params"

@@ -5,6 +5,7 @@ whose workers fail or misbehave on purpose."""
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -72,3 +73,39 @@ class OneBatchToy(DatasetToy):
     """One batch of 8 samples an epoch: the loader check's batches reach into later epochs."""
 
     samples = 8
+
+
+class FlippedSamples(TokenSamples):
+    """Augmented the torchvision way: a random flip drawn from torch's global RNG, which torch seeds
+    differently in each worker, so a sample's tokens depend on which process made it."""
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        sample = super().__getitem__(index)
+        if torch.rand(()) < 0.5:
+            sample["tokens"] = sample["tokens"].flip(0)
+        return sample
+
+
+class GlobalRngAugmentedToy(DatasetToy):
+    def train_dataset(self, seed: int) -> Dataset:
+        return FlippedSamples(seed, self.samples, self.options.seq_len, self.options.vocab)
+
+
+class SleepingSamples(TokenSamples):
+    """Each sample takes `delay_s` to make: a loader whose wait is known (the data-wait tests).
+    `spent` gets each sample's real time in order (a sleep overshoots on a busy machine)."""
+
+    delay_s = 0.025
+    spent: list[float] = []
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        start = time.perf_counter()
+        time.sleep(self.delay_s)
+        sample = super().__getitem__(index)
+        self.spent.append(time.perf_counter() - start)
+        return sample
+
+
+class SlowSamplesToy(DatasetToy):
+    def train_dataset(self, seed: int) -> Dataset:
+        return SleepingSamples(seed, self.samples, self.options.seq_len, self.options.vocab)
