@@ -98,7 +98,8 @@ class TrialRecord(_Record):
         description="what delivered the batches: `workers` (worker processes that made batches), `main_process`, "
         "`pinned` (null where pinning does nothing: no CUDA device, or batches that arrive on it, as DALI's), "
         "`delivered_on` (the device types the batches arrived on), `batches_checked` (first batches matched "
-        "against num_workers=0), `data_wait_ms` (median wait per step) and `core_split` (a CPU trial's cores, "
+        "against num_workers=0), `checked_by` (`indices`: the samples a map-style dataset's batch was made from, "
+        "whatever their augmentation; `content`: an iterable dataset's or DALI's batches, by checksum), `data_wait_ms` (median wait per step) and `core_split` (a CPU trial's cores, "
         "workers and torch threads)",
     )
     data_wait_share: float | None = Field(

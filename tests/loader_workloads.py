@@ -4,6 +4,7 @@ whose workers fail or misbehave on purpose."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -109,3 +110,50 @@ class SleepingSamples(TokenSamples):
 class SlowSamplesToy(DatasetToy):
     def train_dataset(self, seed: int) -> Dataset:
         return SleepingSamples(seed, self.samples, self.options.seq_len, self.options.vocab)
+
+
+class EveryWorkerAll(IterableDataset):
+    """An iterable dataset that forgets to shard: every worker yields every sample, so with two
+    workers each batch comes twice."""
+
+    def __init__(self, samples: TokenSamples):
+        self.samples = samples
+
+    def __iter__(self):
+        for index in range(len(self.samples)):
+            yield self.samples[index]
+
+
+class UnshardedToy(DatasetToy):
+    def train_dataset(self, seed: int) -> Dataset:
+        return EveryWorkerAll(TokenSamples(seed, self.samples, self.options.seq_len, self.options.vocab))
+
+
+class WorkerZeroLate(TokenSamples):
+    """Worker 0 makes its first sample only after worker 1 has made a whole batch (a file in
+    `flags` says so): a loader that hands batches over as they come (`in_order=False`) then delivers
+    worker 1's batch first."""
+
+    def __init__(self, flags: str, batch_size: int, *args):
+        super().__init__(*args)
+        self.flags, self.batch_size, self.made = flags, batch_size, 0
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        info = get_worker_info()
+        flag = os.path.join(self.flags, "worker-1-made-a-batch")
+        if info is not None and info.id == 0 and self.made == 0:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)  # worker 1's batch is collated and on its way
+        self.made += 1
+        if info is not None and info.id == 1 and self.made == self.batch_size:
+            open(flag, "w").close()
+        return super().__getitem__(index)
+
+
+class WorkerZeroLateToy(DatasetToy):
+    flags = ""  # set by the test: a folder the workers can see
+
+    def train_dataset(self, seed: int) -> Dataset:
+        return WorkerZeroLate(self.flags, 8, seed, self.samples, self.options.seq_len, self.options.vocab)
