@@ -161,10 +161,11 @@ TRAINED_STEP_OBJECTIVES = ("train_samples_per_s",)
 def _check_steady_steps(spec: SpaceFile, where: Callable[[str], str]) -> None:
     """A speed objective needs at least one step to time: without one every trial's value would be the worst."""
     compiles = any(spec.systems.choices()["compile"])
+    steady_from = 3 if compiles else 2
     after = "after the compiling and the profiled step" if compiles else "after the profiled step"
     for objective in spec.study.objectives:
         if objective in STEADY_STEP_OBJECTIVES:
-            needed, timed = (3 if compiles else 2), f"on steady steps, which start at step {3 if compiles else 2} ({after})"
+            needed, timed = steady_from, f"on steady steps, which start at step {steady_from} ({after})"
         elif objective in TRAINED_STEP_OBJECTIVES:
             needed, timed = 2, "on the training steps besides the profiled one, so on 2 steps at least"
         else:
