@@ -257,7 +257,16 @@ class Plan:
         def collect(record: dict) -> None:
             trial = json.loads(result.read_text())
             attrs = trial.get("user_attrs", {})
-            keys = ("train_samples_per_s", "mfu", "achieved_tflops", "peak_mem_mb", "probe_s", "trial_s", "peak_tflops")
+            keys = (
+                "train_samples_per_s",
+                "steady_samples_per_s",
+                "mfu",
+                "achieved_tflops",
+                "peak_mem_mb",
+                "probe_s",
+                "trial_s",
+                "peak_tflops",
+            )
             record["compiled"] = {"verdict": trial.get("verdict"), "knobs_observed": trial.get("knobs_observed")} | {
                 k: attrs.get(k) for k in keys
             }

@@ -26,8 +26,9 @@ def _load(path: Path):
 
 
 def probe_vs_training(row: dict) -> float | None:
-    """An ok row's probe samples/s over its training samples/s, minus one."""
-    probe, train = row.get("samples_per_s"), row.get("train_samples_per_s")
+    """An ok row's probe samples/s over its steady training samples/s, minus one: step against step.
+    Rows written before `steady_samples_per_s` existed hold that figure as `train_samples_per_s`."""
+    probe, train = row.get("samples_per_s"), row.get("steady_samples_per_s", row.get("train_samples_per_s"))
     return probe / train - 1 if row.get("verdict") == "ok" and probe and train else None
 
 

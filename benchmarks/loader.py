@@ -1,4 +1,5 @@
-"""Throughput and data_wait_share of png_images per loader setting: hpo's searched settings and
+"""Throughput (`train_samples_per_s`: samples trained over training time, waits for batches included;
+the median step's `steady_samples_per_s` beside it) and data_wait_share of png_images per loader setting: hpo's searched settings and
 the fixed guesses the projects hpo grew from used (issue 40). Each setting is one trial through
 `hpo.trial.executor.execute` (probe, loader check, training), its record read back.
 
@@ -20,6 +21,7 @@ from hpo.verify.cache import MemoryVerdicts
 __all__ = ["FIXED_GUESSES", "SEARCHED", "run_loader_bench", "settings_for"]
 
 KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")
+BATCH = 32
 # What `search_spaces/png_images.yaml` searches (pin_memory left out: it does nothing on a CPU).
 SEARCHED = {
     f"num_workers={n}, persistent={p}": LoaderSettings(num_workers=n, persistent_workers=p)
@@ -51,12 +53,12 @@ def _config(settings: LoaderSettings, steps: int, images: int, size: int, device
         {
             "study": {"name": "bench-loader", "pruner": {"name": "none"}, "skip_slow": False},
             "workload": {"name": "png_images", "max_steps": steps, "eval_every": steps, "images": images, "size": size, "crop": size * 3 // 4},
-            "params": {"lr": 1e-3, "batch_size": 32},
+            "params": {"lr": 1e-3, "batch_size": BATCH},
             "systems": {"device": device},
         },
         source="bench-loader",
     )  # fmt: skip
-    return build_config(space, {"lr": 1e-3, "batch_size": 32}, KNOBS, settings)
+    return build_config(space, {"lr": 1e-3, "batch_size": BATCH}, KNOBS, settings)
 
 
 def summarize(rows: dict, searched: set[str], guesses: set[str]) -> dict:
@@ -71,6 +73,13 @@ def summarize(rows: dict, searched: set[str], guesses: set[str]) -> dict:
         if n in guesses and r["samples_per_s"]
     }
     return {"picked": picked, "speedup_over_guesses": speedups}
+
+
+def _samples_over_train_s(attrs: dict) -> float | None:
+    """The check on the recorded figure, from the record's counts: BATCH samples a step, every step
+    run but the profiled one, over the recorded training time."""
+    steps, train_s = attrs.get("steps_run"), attrs.get("train_s")
+    return BATCH * (steps - 1) / train_s if steps and train_s else None
 
 
 def run_loader_bench(
@@ -102,6 +111,9 @@ def run_loader_bench(
             "settings": loader.as_dict(),
             "verdict": str(outcome.verdict),
             "samples_per_s": a.get("train_samples_per_s"),
+            "steady_samples_per_s": a.get("steady_samples_per_s"),
+            "samples_over_train_s": _samples_over_train_s(a),
+            "train_s": a.get("train_s"),
             "data_wait_share": a.get("data_wait_share"),
             "loader_observed": a.get("loader_observed"),
         }

@@ -34,6 +34,7 @@ ROW_MARK = "vs-bare row: "
 # What the hpo side keeps of its trial's record: hpo's own figures, beside the meter's.
 HPO_ATTRS = (
     RecordKey.TRAIN_SAMPLES_PER_S,
+    RecordKey.STEADY_SAMPLES_PER_S,
     RecordKey.STEP_TIME_MS,
     RecordKey.PEAK_MEM_MB,
     RecordKey.PROBE_S,

@@ -98,7 +98,8 @@ class TrialRecord(_Record):
         description="what delivered the batches: `workers` (worker processes that made batches), `main_process`, "
         "`pinned` (null where pinning does nothing: no CUDA device, or batches that arrive on it, as DALI's), "
         "`delivered_on` (the device types the batches arrived on), `batches_checked` (first batches matched "
-        "against num_workers=0), `data_wait_ms` (median wait per step) and `core_split` (a CPU trial's cores, "
+        "against num_workers=0), `checked_by` (`indices`: the samples a map-style dataset's batch was made from, "
+        "whatever their augmentation; `content`: an iterable dataset's or DALI's batches, by checksum), `data_wait_ms` (median wait per step) and `core_split` (a CPU trial's cores, "
         "workers and torch threads)",
     )
     data_wait_share: float | None = Field(
@@ -191,7 +192,17 @@ class TrialRecord(_Record):
         "running other knobs (`the reference ran sdpa_flash, not eager: this workload ignores `attention``), so an "
         "error against it would measure nothing; the errors and bounds are then null",
     )
-    train_samples_per_s: float | None = Field(None, description="training throughput at the median steady-state step")
+    train_samples_per_s: float | None = Field(
+        None,
+        description="samples trained over `train_s`: the speed a user gets, every wait for a batch (a loader worker "
+        "starting each epoch) and the compiling step included; what a throughput objective optimizes. Null when no "
+        "training step was timed",
+    )
+    steady_samples_per_s: float | None = Field(
+        None,
+        description="samples per second at the median steady-state step (`step_time_ms`): the compute's speed, which "
+        "a wait only some steps pay does not move; MFU is computed from it. Null without a steady step",
+    )
     step_time_ms: float | None = Field(None, description="median steady-state step time")
     peak_mem_mb: float | None = Field(None, description="peak memory (see below)")
     n_params: int | None = Field(None, description="the model's parameter count")
@@ -207,7 +218,9 @@ class TrialRecord(_Record):
     model_flops_per_sample: float | None = Field(
         None, description="model FLOPs of one forward and backward pass per sample (recomputation not counted)"
     )
-    achieved_tflops: float | None = Field(None, description="model FLOPs per sample x samples/s, in TFLOP/s")
+    achieved_tflops: float | None = Field(
+        None, description="model FLOPs per sample x `steady_samples_per_s`, in TFLOP/s (the steady steps' compute)"
+    )
     mfu: float | None = Field(
         None, description="achieved over the device's peak for the trial's precision; null without a known peak"
     )
@@ -300,6 +313,7 @@ class RecordKey:
     PROBE_GRAD_BOUND = "probe_grad_bound"
     PROBE_NUMERICS_NOT_JUDGED = "probe_numerics_not_judged"
     TRAIN_SAMPLES_PER_S = "train_samples_per_s"
+    STEADY_SAMPLES_PER_S = "steady_samples_per_s"
     STEP_TIME_MS = "step_time_ms"
     PEAK_MEM_MB = "peak_mem_mb"
     N_PARAMS = "n_params"

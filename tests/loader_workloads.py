@@ -4,7 +4,9 @@ whose workers fail or misbehave on purpose."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -72,3 +74,86 @@ class OneBatchToy(DatasetToy):
     """One batch of 8 samples an epoch: the loader check's batches reach into later epochs."""
 
     samples = 8
+
+
+class FlippedSamples(TokenSamples):
+    """Augmented the torchvision way: a random flip drawn from torch's global RNG, which torch seeds
+    differently in each worker, so a sample's tokens depend on which process made it."""
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        sample = super().__getitem__(index)
+        if torch.rand(()) < 0.5:
+            sample["tokens"] = sample["tokens"].flip(0)
+        return sample
+
+
+class GlobalRngAugmentedToy(DatasetToy):
+    def train_dataset(self, seed: int) -> Dataset:
+        return FlippedSamples(seed, self.samples, self.options.seq_len, self.options.vocab)
+
+
+class SleepingSamples(TokenSamples):
+    """Each sample takes `delay_s` to make: a loader whose wait is known (the data-wait tests).
+    `spent` gets each sample's real time in order (a sleep overshoots on a busy machine)."""
+
+    delay_s = 0.025
+    spent: list[float] = []
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        start = time.perf_counter()
+        time.sleep(self.delay_s)
+        sample = super().__getitem__(index)
+        self.spent.append(time.perf_counter() - start)
+        return sample
+
+
+class SlowSamplesToy(DatasetToy):
+    def train_dataset(self, seed: int) -> Dataset:
+        return SleepingSamples(seed, self.samples, self.options.seq_len, self.options.vocab)
+
+
+class EveryWorkerAll(IterableDataset):
+    """An iterable dataset that forgets to shard: every worker yields every sample, so with two
+    workers each batch comes twice."""
+
+    def __init__(self, samples: TokenSamples):
+        self.samples = samples
+
+    def __iter__(self):
+        for index in range(len(self.samples)):
+            yield self.samples[index]
+
+
+class UnshardedToy(DatasetToy):
+    def train_dataset(self, seed: int) -> Dataset:
+        return EveryWorkerAll(TokenSamples(seed, self.samples, self.options.seq_len, self.options.vocab))
+
+
+class WorkerZeroLate(TokenSamples):
+    """Worker 0 makes its first sample only after worker 1 has made a whole batch (a file in
+    `flags` says so): a loader that hands batches over as they come (`in_order=False`) then delivers
+    worker 1's batch first."""
+
+    def __init__(self, flags: str, batch_size: int, *args):
+        super().__init__(*args)
+        self.flags, self.batch_size, self.made = flags, batch_size, 0
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        info = get_worker_info()
+        flag = os.path.join(self.flags, "worker-1-made-a-batch")
+        if info is not None and info.id == 0 and self.made == 0:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)  # worker 1's batch is collated and on its way
+        self.made += 1
+        if info is not None and info.id == 1 and self.made == self.batch_size:
+            open(flag, "w").close()
+        return super().__getitem__(index)
+
+
+class WorkerZeroLateToy(DatasetToy):
+    flags = ""  # set by the test: a folder the workers can see
+
+    def train_dataset(self, seed: int) -> Dataset:
+        return WorkerZeroLate(self.flags, 8, seed, self.samples, self.options.seq_len, self.options.vocab)

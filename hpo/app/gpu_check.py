@@ -112,6 +112,7 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
         "observed": outcome.attrs.get(RecordKey.KNOBS_OBSERVED) or probe.get("observed"),
         "probe_s": probe.get("probe_s"),
         "train_samples_per_s": outcome.attrs.get(RecordKey.TRAIN_SAMPLES_PER_S),
+        "steady_samples_per_s": outcome.attrs.get(RecordKey.STEADY_SAMPLES_PER_S),  # like with like beside samples_per_s
         "peak_mem_mb": outcome.attrs.get(RecordKey.PEAK_MEM_MB),
     }
 

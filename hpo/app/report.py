@@ -75,7 +75,10 @@ def _trained_study(study: optuna.Study) -> optuna.Study:
 
 def _importances(study: optuna.Study, name: str) -> list:
     vis, trained = _visualization(), _trained_study(study)
-    targets = [(lambda t: t.values[0], name), (lambda t: t.user_attrs[RecordKey.TRAIN_SAMPLES_PER_S], "train_samples_per_s")]
+    targets = [(lambda t: t.values[0], name)]
+    # Null where no training step was timed (max_steps 1: the profiled step only): nothing to rank then.
+    if all(t.user_attrs.get(RecordKey.TRAIN_SAMPLES_PER_S) is not None for t in trained.trials):
+        targets.append((lambda t: t.user_attrs[RecordKey.TRAIN_SAMPLES_PER_S], "train_samples_per_s"))
     figures = []
     for target, target_name in targets:
         try:

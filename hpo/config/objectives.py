@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 __all__ = ["SYSTEM_METRICS", "metric_direction", "study_directions", "worst_value"]
 
 SYSTEM_METRICS: dict[str, str] = {
-    "train_samples_per_s": "maximize",  # steady-state training throughput
+    "train_samples_per_s": "maximize",  # samples trained over training time, waits for batches included
     "step_time_ms": "minimize",  # median steady-state step
     "peak_mem_mb": "minimize",
     "mfu": "maximize",  # model FLOPs utilization: achieved over the device's peak

@@ -153,20 +153,28 @@ def _check_workload_options(
 
 # Objectives read from the steady training steps: those after the first (profiled) step, and after
 # the second when compiling (the first compiles): `hpo.trial.trainer.evidence_step_index`.
-STEADY_STEP_OBJECTIVES = ("train_samples_per_s", "step_time_ms", "mfu")
+STEADY_STEP_OBJECTIVES = ("step_time_ms", "mfu")
+# Read from every training step but the profiled one (train_s): the compiling step trains and counts.
+TRAINED_STEP_OBJECTIVES = ("train_samples_per_s",)
 
 
 def _check_steady_steps(spec: SpaceFile, where: Callable[[str], str]) -> None:
-    """A speed objective needs at least one steady step: without one every trial's value would be the worst."""
-    timed = [m for m in spec.study.objectives if m in STEADY_STEP_OBJECTIVES]
+    """A speed objective needs at least one step to time: without one every trial's value would be the worst."""
     compiles = any(spec.systems.choices()["compile"])
-    needed = 3 if compiles else 2
-    if timed and spec.workload.max_steps < needed:
-        raise UserInputError(
-            f"{where('workload.max_steps')}: objective {timed[0]} is timed on steady steps, which start at step "
-            f"{needed} ({'after the compiling and the profiled step' if compiles else 'after the profiled step'}), "
-            f"got max_steps {spec.workload.max_steps}; set max_steps >= {needed}"
-        )
+    steady_from = 3 if compiles else 2
+    after = "after the compiling and the profiled step" if compiles else "after the profiled step"
+    for objective in spec.study.objectives:
+        if objective in STEADY_STEP_OBJECTIVES:
+            needed, timed = steady_from, f"on steady steps, which start at step {steady_from} ({after})"
+        elif objective in TRAINED_STEP_OBJECTIVES:
+            needed, timed = 2, "on the training steps besides the profiled one, so on 2 steps at least"
+        else:
+            continue
+        if spec.workload.max_steps < needed:
+            raise UserInputError(
+                f"{where('workload.max_steps')}: objective {objective} is timed {timed}, "
+                f"got max_steps {spec.workload.max_steps}; set max_steps >= {needed}"
+            )
 
 
 def _check_directions(spec: SpaceFile, known: dict[str, str | None], where: Callable[[str], str]) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.utils.data import Dataset, IterableDataset
 
 from hpo import deps
 from hpo.config.trial import LoaderSettings
@@ -33,7 +34,7 @@ from hpo.knobs.registry import LOADER_KNOBS
 from hpo.workloads.base import Workload
 from hpo.workloads.dataset_batches import seeded_loader
 
-__all__ = ["CoreSplit", "Tagged", "check_settings", "core_split", "trial_loader"]
+__all__ = ["CoreSplit", "Indexed", "Tagged", "check_settings", "core_split", "trial_loader"]
 
 
 def check_settings(workload: Workload, settings: LoaderSettings, device: torch.device) -> None:
@@ -84,21 +85,44 @@ def _check_dali(workload: Workload, settings: LoaderSettings, device: torch.devi
             )
 
 
-class Tagged:
-    """The workload's collate, returning (batch, pid of the process that made it): the evidence of
-    which workers delivered batches. A class, not a closure, so that it pickles to spawned workers."""
+class Indexed(Dataset):
+    """A map-style dataset whose samples come with the index they were made from, in the process
+    that made them: which samples a batch holds, whatever random augmentation they got there."""
 
-    def __init__(self, collate):
-        self.collate = collate
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[int, object]:
+        return index, self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[int, object]]:
+        batched = getattr(self.dataset, "__getitems__", None)  # a dataset's own batched fetch is kept
+        samples = batched(indices) if batched else [self.dataset[i] for i in indices]
+        return list(zip(indices, samples, strict=True))
+
+
+class Tagged:
+    """The workload's collate, returning (batch, pid of the process that made it, the samples'
+    indices or None for an iterable dataset): the evidence of which workers delivered which
+    samples. A class, not a closure, so that it pickles to spawned workers."""
+
+    def __init__(self, collate, indexed: bool):
+        self.collate, self.indexed = collate, indexed
 
     def __call__(self, samples: list):
-        return self.collate(samples), os.getpid()
+        if not self.indexed:
+            return self.collate(samples), os.getpid(), None
+        return self.collate([s for _, s in samples]), os.getpid(), tuple(int(i) for i, _ in samples)
 
 
 def trial_loader(workload: Workload, settings: LoaderSettings, batch_size: int, seed: int, *, reference: bool = False):
     """The DataLoader of the workload's dataset with `settings` (`reference`: the same without
     workers or pinning, the order every setting must reproduce), its batches tagged by `Tagged`."""
     dataset = workload.train_dataset(seed)
+    indexed = not isinstance(dataset, IterableDataset)
     kwargs: dict = {}
     if not reference and settings.num_workers > 0:
         kwargs = {
@@ -111,7 +135,8 @@ def trial_loader(workload: Workload, settings: LoaderSettings, batch_size: int, 
     # torch pins only where an accelerator exists; elsewhere it warns and does nothing, so it is not asked.
     if not reference and settings.pin_memory and torch.cuda.is_available():
         kwargs["pin_memory"] = True
-    return seeded_loader(dataset, Tagged(workload.collate_function()), batch_size, seed, **kwargs)
+    source = Indexed(dataset) if indexed else dataset
+    return seeded_loader(source, Tagged(workload.collate_function(), indexed), batch_size, seed, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def _trained(trial: FrozenTrial) -> bool:
         and Verdict.parse(attrs.get(RecordKey.VERDICT)).ok
         and bool(trial.values)
         and all(math.isfinite(v) for v in trial.values)  # a missed target's worst value compares with nothing
-        and "train_samples_per_s" in attrs
+        and attrs.get(RecordKey.TRAIN_SAMPLES_PER_S) is not None  # null: no training step was timed
     )
 
 

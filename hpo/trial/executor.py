@@ -194,6 +194,7 @@ def _record_training(run: TrialRun) -> None:
         {
             RecordKey.KNOBS_OBSERVED: result.knobs_observed,
             RecordKey.TRAIN_SAMPLES_PER_S: result.train_samples_per_s,
+            RecordKey.STEADY_SAMPLES_PER_S: result.steady_samples_per_s,
             RecordKey.STEP_TIME_MS: result.step_time_ms,
             RecordKey.PEAK_MEM_MB: result.peak_mem_mb,
             RecordKey.N_PARAMS: result.n_params,

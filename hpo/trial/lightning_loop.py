@@ -143,12 +143,12 @@ def lightning_device(device: torch.device) -> dict:
 
 def _result(callback, module: torch.nn.Module, view: SimpleNamespace) -> TrainResult:
     step_s = statistics.median(callback.step_times) if callback.step_times else float("nan")
-    per_step = callback.samples / len(callback.step_times) if callback.step_times else 0
     return TrainResult(
         metrics=callback.history[-1][1],
         knobs_observed=callback.observed,
         step_time_ms=1000 * step_s,
-        train_samples_per_s=per_step / step_s,
+        train_samples_per_s=callback.tally.train_samples_per_s(),
+        steady_samples_per_s=callback.tally.steady_samples_per_s(),
         peak_mem_mb=view.memory.peak_mb,
         n_params=sum(p.numel() for p in module.parameters()),
         steps=callback.history[-1][0],

@@ -1,7 +1,7 @@
 """What a trial's knobs bought: the systems metrics it records beside the workload's, which a study
 may also optimize (`hpo.config.objectives`).
 
-MFU is achieved model FLOPs over the device's peak for the trial's precision. Model FLOPs per sample
+MFU is achieved model FLOPs (at the steady steps' speed) over the device's peak for the trial's precision. Model FLOPs per sample
 are counted once per model shape (on a real eager-attention step, see `hpo.engine.flops`) and kept
 in the verdict store, so a study counts them once. The peak is the published one for a known GPU,
 or this CPU's measured one (`hpo.hardware.peaks`); its source is recorded. Without a peak (an
@@ -53,8 +53,11 @@ def speed_attrs(workload: Workload, config: TrialConfig, device: torch.device, r
         attrs[RecordKey.TIME_TO_TARGET_S] = result.time_to_target_s
         attrs[RecordKey.TARGET_REACHED] = result.time_to_target_s is not None
     flops = _flops_per_sample(workload, config, device, store)
-    achieved = flops * result.train_samples_per_s / 1e12
-    mfu, peak = utilization(achieved, device, config.knobs.precision, device_model(device))
+    # At the steady steps' speed: MFU says how well the knobs use the device while it computes; the
+    # waits for batches are the loader's, recorded as data_wait_share and in train_samples_per_s.
+    steady = result.steady_samples_per_s
+    achieved = None if steady is None else flops * steady / 1e12
+    mfu, peak = utilization(math.nan if achieved is None else achieved, device, config.knobs.precision, device_model(device))
     attrs.update({RecordKey.MODEL_FLOPS_PER_SAMPLE: flops, RecordKey.ACHIEVED_TFLOPS: achieved})
     attrs.update(
         {

@@ -58,7 +58,7 @@ class TrainResult:
     metrics: dict[str, float]
     knobs_observed: dict
     step_time_ms: float
-    train_samples_per_s: float
+    train_samples_per_s: float | None  # samples trained over train_s (None: no training step timed)
     peak_mem_mb: float
     n_params: int
     steps: int
@@ -70,6 +70,7 @@ class TrainResult:
     eval_s: float = 0.0  # every evaluation together (not training time)
     loader_observed: dict | None = None  # what delivered the batches (hpo.engine.loader_stream)
     data_wait_share: float | None = None  # time blocked on the next batch over training time
+    steady_samples_per_s: float | None = None  # at the median steady step (None: no steady step)
 
 
 def evidence_step_index(config: TrialConfig) -> int:
@@ -178,12 +179,12 @@ def _train(
             break
     step_times = tally.step_times
     step_s = statistics.median(step_times) if step_times else float("nan")
-    per_step = tally.samples / len(step_times) if step_times else 0
     return TrainResult(
         metrics=history[-1][1],
         knobs_observed=observed,
         step_time_ms=1000 * step_s,
-        train_samples_per_s=per_step / step_s,  # the same median step as step_time_ms
+        train_samples_per_s=tally.train_samples_per_s(),
+        steady_samples_per_s=tally.steady_samples_per_s(),  # the same median step as step_time_ms
         peak_mem_mb=assembled.memory.peak_mb,
         n_params=assembled.n_params,
         steps=step + 1,

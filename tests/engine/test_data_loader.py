@@ -113,7 +113,52 @@ def test_a_dataset_that_cannot_reach_a_worker_is_refused_with_its_cause():
 def test_workers_that_reorder_samples_are_a_loader_mismatch():
     outcome = execute(_config("loader_workloads:ShardedBySampleToy", num_workers=2), MemoryVerdicts())
     assert str(outcome.verdict).startswith("mismatch: loader num_workers=2"), outcome.verdict
-    assert "batch 0 differs" in str(outcome.verdict)
+    assert "batch 0 differs" in str(outcome.verdict) and "its content differs" in str(outcome.verdict)
+
+
+def test_an_iterable_dataset_that_forgets_to_shard_is_a_loader_mismatch():
+    """Each of two workers yields every sample: batch 0 is right (worker 0's), batch 1 repeats it."""
+    outcome = execute(_config("loader_workloads:UnshardedToy", num_workers=2), MemoryVerdicts())
+    assert str(outcome.verdict).startswith("mismatch: loader num_workers=2"), outcome.verdict
+    assert "batch 1 differs" in str(outcome.verdict) and "its content differs" in str(outcome.verdict)
+
+
+def test_augmentation_from_each_workers_own_rng_passes_the_loader_check():
+    """The torchvision habit: a random flip drawn from torch's global RNG, which torch seeds apart in
+    each worker. The batches' content differs from num_workers=0's; their samples do not."""
+    workload = create_workload("loader_workloads:GlobalRngAugmentedToy", {"n_blocks": 1})
+
+    def sums(settings: LoaderSettings) -> list[str]:
+        batches = epochs(trial_loader(workload, settings, 8, 3))
+        return [batch_checksum(next(batches)[0]) for _ in range(4)]
+
+    assert sums(LoaderSettings(num_workers=2)) != sums(LoaderSettings())  # the pixels differ by worker seed
+    outcome = execute(_config("loader_workloads:GlobalRngAugmentedToy", num_workers=2), MemoryVerdicts())
+    assert outcome.ok, outcome.verdict
+    observed = outcome.attrs["loader_observed"]
+    assert observed["batches_checked"] == 4 and observed["checked_by"] == "indices" and observed["workers"] == 2
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_loader_that_hands_batches_over_out_of_order_is_a_loader_mismatch(in_order, tmp_path, monkeypatch):
+    """Worker 0 makes its first batch after worker 1's. In order (torch's default) the loader waits
+    for it; handed over as they come, worker 1's batch arrives first, and its samples say so."""
+    from loader_workloads import WorkerZeroLateToy
+
+    import hpo.engine.loader as loader
+
+    real = loader.seeded_loader
+    monkeypatch.setattr(WorkerZeroLateToy, "flags", str(tmp_path))
+    monkeypatch.setattr(
+        loader, "seeded_loader", lambda *a, **kw: real(*a, **kw, in_order=in_order) if kw.get("num_workers") else real(*a, **kw)
+    )
+    outcome = execute(_config("loader_workloads:WorkerZeroLateToy", num_workers=2), MemoryVerdicts())
+    if in_order:
+        assert outcome.ok, outcome.verdict
+        return
+    verdict = str(outcome.verdict)
+    assert verdict.startswith("mismatch: loader num_workers=2"), verdict
+    assert "batch 0 differs" in verdict and "it holds samples [" in verdict
 
 
 def test_workers_and_torch_threads_share_a_cpu_trials_cores():

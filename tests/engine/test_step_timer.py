@@ -118,5 +118,5 @@ def test_the_trainer_takes_its_step_times_and_training_time_from_the_timer(monke
     result = trainer.train(assembled, config)
     assert result.step_time_ms == pytest.approx(10.0) and result.fastest_step_ms == pytest.approx(10.0)
     assert result.train_s == pytest.approx(0.09) and result.evidence_s == pytest.approx(0.01)
-    assert result.train_samples_per_s == pytest.approx(16 / 0.01)
+    assert result.train_samples_per_s == pytest.approx(16 / 0.01) == result.steady_samples_per_s
     assert stream.calls.count("synchronize") == 5

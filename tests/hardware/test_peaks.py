@@ -60,14 +60,11 @@ def test_a_trial_on_an_unknown_gpu_records_mfu_null(monkeypatch, name, mfu_known
     from conftest import toy_config
 
     from hpo.trial import speed_record as speed
-    from hpo.trial.trainer import TrainResult
 
     config = toy_config(Knobs(precision="bf16", attention="eager", optimizer="forloop"))
     monkeypatch.setattr(speed, "_flops_per_sample", lambda *args: 1e9)
     monkeypatch.setattr(speed, "device_model", lambda device: name)
-    result = TrainResult(
-        metrics={}, knobs_observed={}, step_time_ms=1.0, train_samples_per_s=1e4, peak_mem_mb=1, n_params=1, steps=1
-    )
+    result = _result(steady_samples_per_s=1e4)
     attrs = speed.speed_attrs(None, config, GPU, result, None)
     assert (attrs["mfu"] is not None) is mfu_known
     if not mfu_known:
@@ -125,14 +122,11 @@ def test_a_recorded_mfu_never_exceeds_one_and_a_clamp_is_said(tmp_path, monkeypa
     from conftest import toy_config
 
     from hpo.trial import speed_record as speed
-    from hpo.trial.trainer import TrainResult
 
     measured = _fake_measurements(monkeypatch, tmp_path, [0.004] * 5)
     monkeypatch.setattr(speed, "_flops_per_sample", lambda *args: 1e9)
     config = toy_config(Knobs(precision="fp16", attention="eager", optimizer="forloop"))
-    result = TrainResult(
-        metrics={}, knobs_observed={}, step_time_ms=1.0, train_samples_per_s=6.4, peak_mem_mb=1, n_params=1, steps=1
-    )
+    result = _result(steady_samples_per_s=6.4)
     attrs = speed.speed_attrs(None, config, CPU, result, None)
     assert attrs["achieved_tflops"] == pytest.approx(0.0064) and attrs["mfu"] == 1.0
     assert (
@@ -174,3 +168,13 @@ def test_the_cpu_peak_times_the_kernels_autocast_dispatches_for_a_trials_linear(
     with _MatmulCalls() as measured:
         peaks._timed_autocast_tflops(precision, seconds=0.0)
     assert trial.calls and trial.calls <= measured.calls, f"a trial's Linear runs {trial.calls}, the peak timed {measured.calls}"
+
+
+def _result(steady_samples_per_s: float):
+    """A trained trial's result whose steady steps ran at this speed (MFU reads it)."""
+    from hpo.trial.trainer import TrainResult
+
+    return TrainResult(
+        metrics={}, knobs_observed={}, step_time_ms=1.0, train_samples_per_s=1.0, peak_mem_mb=1, n_params=1, steps=1,
+        steady_samples_per_s=steady_samples_per_s,
+    )  # fmt: skip
