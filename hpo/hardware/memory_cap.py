@@ -33,7 +33,14 @@ import torch
 from hpo.hardware.memory import resident_bytes
 from hpo.logging import get_logger
 
-__all__ = ["CAP_MARGIN_FRACTION", "CAP_MARGIN_MIN_BYTES", "cap_bytes", "capped_process", "is_out_of_memory"]
+__all__ = [
+    "CAP_MARGIN_FRACTION",
+    "CAP_MARGIN_MIN_BYTES",
+    "cap_bytes",
+    "capped_process",
+    "is_out_of_memory",
+    "thread_stacks_bytes",
+]
 
 _log = get_logger(__name__)
 
@@ -54,11 +61,23 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and CPU_ALLOCATOR_FAILED in str(exc)
 
 
-def cap_bytes(limit_bytes: int, counted_bytes: int, resident: int) -> int:
+def cap_bytes(limit_bytes: int, counted_bytes: int, resident: int, stacks_bytes: int = 0) -> int:
     """The cap on the rlimit's count (`counted_bytes` now) that lets the process's resident set
-    (`resident` now) grow to `limit_bytes`, plus the margin."""
+    (`resident` now) grow to `limit_bytes`, plus the margin and the stacks of the threads torch
+    may start (`stacks_bytes`), which count in full and are barely touched."""
     margin = max(CAP_MARGIN_MIN_BYTES, int(limit_bytes * CAP_MARGIN_FRACTION))
-    return counted_bytes + max(0, limit_bytes - resident) + margin
+    return counted_bytes + max(0, limit_bytes - resident) + margin + stacks_bytes
+
+
+def thread_stacks_bytes() -> int:
+    """The stacks of torch's intra-op and inter-op threads, counted whether or not they run yet:
+    a forkserver child starts its OpenMP pool at its first parallel op, under the cap, and libgomp
+    aborts the process when a thread cannot be created. 16 threads added 150 MB to VmData here.
+    glibc gives a thread RLIMIT_STACK's soft value, 8 MB by default; 32 MB where that is unlimited
+    (its x86-64 default then is 2 MB: the larger figure never undercounts)."""
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    stack = 32 * 2**20 if stack == resource.RLIM_INFINITY else stack
+    return (torch.get_num_threads() + torch.get_num_interop_threads()) * stack
 
 
 @contextlib.contextmanager
@@ -72,7 +91,7 @@ def capped_process(device: torch.device, limit_bytes: int | None) -> Iterator[in
         yield None
         return
     limit_kind, status_field = which
-    cap = cap_bytes(limit_bytes, _status_bytes(status_field), resident_bytes())
+    cap = cap_bytes(limit_bytes, _status_bytes(status_field), resident_bytes(), thread_stacks_bytes())
     soft, hard = resource.getrlimit(limit_kind)
     if hard != resource.RLIM_INFINITY:
         cap = min(cap, hard)  # a soft limit may not exceed the hard one, which only root may raise

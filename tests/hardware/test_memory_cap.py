@@ -6,7 +6,11 @@ test that went wrong would reserve address space, not RAM."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import resource
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +23,7 @@ from hpo.verdicts import Kind
 from hpo.verify.cache import MemoryVerdicts
 
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[2]
 GB = 2**30
 # Past every cap set here (at most 1 GB above this process's resident set, plus the margin), and
 # granted where nothing caps it: never touched, it reserves address space, not RAM.
@@ -96,3 +101,41 @@ def test_a_trial_within_its_limit_trains_under_the_cap_and_one_without_a_limit_i
     seen.clear()
     assert execute(toy_config(), MemoryVerdicts()).ok
     assert seen and all(cap == resource.getrlimit(resource.RLIMIT_DATA)[0] for cap in seen)
+
+
+POOL_STARTED_UNDER_THE_CAP = """
+import sys, torch
+import hpo.hardware.memory_cap as memory_cap
+from hpo.hardware.memory import resident_bytes
+if sys.argv[1] == "stacks not counted":
+    memory_cap.thread_stacks_bytes = lambda: 0
+torch.set_num_threads(32)
+with memory_cap.capped_process(torch.device("cpu"), resident_bytes()):
+    x = torch.randn(512, 512)
+    print("trained", bool(torch.isfinite(x @ x).all()))
+"""
+
+
+def _eight_mb_thread_stacks() -> None:
+    """glibc sizes a thread's stack by RLIMIT_STACK as the process starts (2 MB where unlimited):
+    8 MB, the usual default, whatever the test runner's limit."""
+    resource.setrlimit(resource.RLIMIT_STACK, (8 * 2**20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+
+
+@pytest.mark.parametrize("stacks", ["stacks counted", "stacks not counted"])
+def test_torch_starts_its_thread_pool_under_the_cap(stacks):
+    """A forkserver child starts torch's OpenMP pool at its first parallel op, under the cap; libgomp
+    ends the process ("Thread creation failed") when a thread's stack does not fit. 32 threads of
+    8 MB stacks are more than the margin alone."""
+    run = subprocess.run(
+        [sys.executable, "-c", POOL_STARTED_UNDER_THE_CAP, stacks],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=_eight_mb_thread_stacks,
+    )
+    if stacks == "stacks counted":
+        assert run.returncode == 0 and "trained True" in run.stdout, run.stderr[-2000:]
+    else:  # the fault this guards against, shown once
+        assert run.returncode != 0 and "Thread creation failed" in run.stderr, (run.returncode, run.stderr[-2000:])
