@@ -93,8 +93,8 @@ def capped_process(device: torch.device, limit_bytes: int | None) -> Iterator[in
     limit_kind, status_field = which
     cap = cap_bytes(limit_bytes, _status_bytes(status_field), resident_bytes(), thread_stacks_bytes())
     soft, hard = resource.getrlimit(limit_kind)
-    if hard != resource.RLIM_INFINITY:
-        cap = min(cap, hard)  # a soft limit may not exceed the hard one, which only root may raise
+    # A limit already lower (the user's `ulimit -d`, or the hard one, which only root may raise) stays.
+    cap = min([cap, *(limit for limit in (soft, hard) if limit != resource.RLIM_INFINITY)])
     resource.setrlimit(limit_kind, (cap, hard))
     try:
         yield cap

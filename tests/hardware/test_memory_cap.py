@@ -139,3 +139,20 @@ def test_torch_starts_its_thread_pool_under_the_cap(stacks):
         assert run.returncode == 0 and "trained True" in run.stdout, run.stderr[-2000:]
     else:  # the fault this guards against, shown once
         assert run.returncode != 0 and "Thread creation failed" in run.stderr, (run.returncode, run.stderr[-2000:])
+
+
+def test_a_lower_limit_the_user_set_is_kept_and_restored():
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    users = _status_data_bytes() + 512 * 2**20
+    resource.setrlimit(resource.RLIMIT_DATA, (users, hard))
+    try:
+        with capped_process(CPU, _limit_above_this_process(64 * GB)) as cap:
+            assert cap == users and resource.getrlimit(resource.RLIMIT_DATA)[0] == users
+        assert resource.getrlimit(resource.RLIMIT_DATA) == (users, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _status_data_bytes() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
