@@ -14,9 +14,8 @@ data segment is 216 MB. Before 4.7 only `RLIMIT_AS` caps an mmap, so it is used 
 What the cap counts: the trial may grow its private writable memory by what the limit leaves above
 its resident set when the cap is set (the interpreter, torch and the forkserver's warm-up are
 counted in both), plus CAP_MARGIN so that hpo's meter, whose message names the step, ends an
-ordinary overrun first. A cgroup v2 `memory.max` would cap the resident set itself, but it needs a
-cgroup hpo may create (a delegated subtree); the hosts hpo runs on here have none (a hybrid v1
-hierarchy whose v2 mount has no controllers), so the rlimit is the cap.
+ordinary overrun first. A cgroup v2 `memory.max` fails no allocation: a cgroup over it has its
+processes OOM-killed, which is what this cap exists to avoid (docs/memory.md).
 """
 
 from __future__ import annotations
