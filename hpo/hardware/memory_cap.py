@@ -72,8 +72,8 @@ def thread_stacks_bytes() -> int:
     """The stacks of torch's intra-op and inter-op threads, counted whether or not they run yet:
     a forkserver child starts its OpenMP pool at its first parallel op, under the cap, and libgomp
     aborts the process when a thread cannot be created. 16 threads added 150 MB to VmData here.
-    glibc gives a thread RLIMIT_STACK's soft value, 8 MB by default; 32 MB where that is unlimited
-    (its x86-64 default then is 2 MB: the larger figure never undercounts)."""
+    glibc gives a thread RLIMIT_STACK's soft value, 8 MB by default; where that is unlimited it
+    gives a fixed default, which 32 MB is taken to exceed."""
     stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
     stack = 32 * 2**20 if stack == resource.RLIM_INFINITY else stack
     return (torch.get_num_threads() + torch.get_num_interop_threads()) * stack

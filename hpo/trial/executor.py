@@ -58,8 +58,9 @@ def execute(
         cached_attrs = {RecordKey.PROBE_S: 0.0, RecordKey.PROBE_CACHED: True, RecordKey.VERDICT_FROM_CACHE: True}
         run.attrs.update(cached_attrs | {RecordKey.KNOBS_OBSERVED: {}})
         return ended(cached, run.attrs)
-    # On a CPU the limit is also a hard cap on this process, from the probe on: its reference and
-    # the memory budget's steps run at full batches too (`hpo.hardware.memory_cap`).
+    # On a CPU the limit is also a hard cap on this process from the probe on, not only in training:
+    # the probe times its reference at the trial's batch, and the memory budget steps at an eighth
+    # and a quarter of it, before anything predicts that they fit (`hpo.hardware.memory_cap`).
     with trial_runtime(run.device) as runtime, capped_process(run.device, _study_limit(run)):
         run.attrs[RecordKey.RUNTIME] = runtime
         return _outcome(run)
