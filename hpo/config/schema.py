@@ -60,7 +60,8 @@ class StudySpec(_Strict):
     trial_timeout_s: float | None = Field(default=None, gt=0)
     # A trial predicted to need more memory than this is rejected before it trains (`oom: predicted
     # ...`), and `params.batch_size: auto` fills it. Default: on CUDA the device's total less a
-    # margin (hpo.hardware.memory_model); on a CPU none, and when set hpo's own meter enforces it.
+    # margin (hpo.hardware.memory_model); on a CPU none, and when set hpo's own meter enforces it,
+    # under a hard cap on the trial's process (hpo.hardware.memory_cap, docs/memory.md).
     memory_limit_gb: float | None = Field(default=None, gt=0)
     # joint: the sampler searches the hyperparameters and the knobs together. probe_first: the study
     # starts with `hpo probe`'s sweep; the knobs that do not change the arithmetic are fixed to the

@@ -18,6 +18,7 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
+from hpo.hardware.oom_kills import oom_kill_counter
 from hpo.logging import get_logger
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.progress import report
@@ -26,6 +27,7 @@ from hpo.runtime.child import run_one_trial
 from hpo.runtime.deadline import timeout_verdict
 from hpo.runtime.forkserver import start_forkserver
 from hpo.runtime.handed import SamplingFailed, TakenOver, ask_in_worker
+from hpo.runtime.killed_for_memory import killed_for_memory, record_killed_for_memory
 from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.storage.optuna_compat import liveness, storage_of
@@ -60,6 +62,7 @@ class ChildTrials:
         self.interval_s, self.grace_s = liveness(storage_of(study))
         self.references = reference_folder(space)
         self.startup_failures = 0
+        self.space, self.oom_kills = space, oom_kill_counter()
         self._notes: DashboardNotes | None = None
         self._notes_loading = threading.Thread(target=self._load_notes, name="hpo-load-notes", daemon=True)
         self._notes_loading.start()
@@ -126,6 +129,7 @@ class ChildTrials:
             sampled_s,
         )
         child = self.context.Process(target=run_one_trial, args=args)
+        kills_before = self.oom_kills.read() if self.oom_kills is not None else None
         child.start()
         there.close()
         exited = False
@@ -136,8 +140,11 @@ class ChildTrials:
             here.close()
         if taken:
             self.startup_failures = 0
-        if verdict is None and (child.exitcode != 0 or not taken):
-            verdict = crash_verdict(child.exitcode)
+        killed = killed_for_memory(child.exitcode, self.oom_kills, kills_before) if verdict is None and taken else None
+        if killed is not None:  # recorded `oom`, not retried: the same parameters need the same memory
+            record_killed_for_memory(self.study, trial_id, killed, self.space)
+        elif verdict is None and (child.exitcode != 0 or not taken):
+            verdict = crash_verdict(child.exitcode, oom_counted=self.oom_kills is not None)
         if verdict is not None:
             fail_crashed_trial(self.study, trial_id, str(verdict))
         self.notes(self.study, storage_of(self.study).get_trial(trial_id))
@@ -209,7 +216,9 @@ def _end(child, wait_s: float) -> None:
     child.join(timeout=30)
 
 
-def crash_verdict(exitcode: int | None) -> Verdict:
+def crash_verdict(exitcode: int | None, oom_counted: bool = False) -> Verdict:
+    """Why a trial process died. A SIGKILL is the kernel's OOM killer's or a `kill -9`: with
+    `oom_counted`, OOM kills were counted while it ran and none was (`killed_for_memory`)."""
     if exitcode is None:
         return Verdict(Kind.CRASHED, "trial process was killed and had not exited 30 s later")
     if exitcode >= 0:
@@ -218,5 +227,7 @@ def crash_verdict(exitcode: int | None) -> Verdict:
         name = signal.Signals(-exitcode).name
     except ValueError:
         name = str(-exitcode)
-    hint = " (the kernel's OOM killer, or kill -9)" if -exitcode == signal.SIGKILL else ""
+    hint = ""
+    if -exitcode == signal.SIGKILL:
+        hint = " (kill -9: no OOM kill counted while it ran)" if oom_counted else " (the kernel's OOM killer, or kill -9)"
     return Verdict(Kind.CRASHED, f"trial process died (signal {name}{hint})")

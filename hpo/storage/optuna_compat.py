@@ -107,4 +107,9 @@ def record_feasibility(trial: optuna.Trial, violation: float) -> None:
     optuna-dashboard 0.21 does not read (it reads the list under `constraints`). Optuna itself still
     reads that list (as constraint "0") for its samplers, `best_trial` and plots. So the list is
     written, and only it: writing both would give every trial two constraints."""
-    trial.storage.set_trial_system_attr(trial_id_of(trial), "constraints", [float(violation)])
+    record_feasibility_of(trial.storage, trial_id_of(trial), violation)
+
+
+def record_feasibility_of(storage: optuna.storages.BaseStorage, trial_id: int, violation: float) -> None:
+    """`record_feasibility` for a trial known by its id (its worker records a trial whose process died)."""
+    storage.set_trial_system_attr(trial_id, "constraints", [float(violation)])

@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import torch
-
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.loader import check_settings
 from hpo.errors import KnobUnavailable, PrunedByPruner, TrialError, TrialRejected, error_verdict, short_traceback
 from hpo.hardware.memory import enforced_limit, free_memory
+from hpo.hardware.memory_cap import capped_process, is_out_of_memory
 from hpo.hardware.memory_model import limit_bytes
 from hpo.hardware.runtime import seed_everything, trial_runtime
 from hpo.records import RecordKey
@@ -59,9 +58,18 @@ def execute(
         cached_attrs = {RecordKey.PROBE_S: 0.0, RecordKey.PROBE_CACHED: True, RecordKey.VERDICT_FROM_CACHE: True}
         run.attrs.update(cached_attrs | {RecordKey.KNOBS_OBSERVED: {}})
         return ended(cached, run.attrs)
-    with trial_runtime(run.device) as runtime:
+    # On a CPU the limit is also a hard cap on this process from the probe on, not only in training:
+    # the probe times its reference at the trial's batch, and the memory budget steps at an eighth
+    # and a quarter of it, before anything predicts that they fit (`hpo.hardware.memory_cap`).
+    with trial_runtime(run.device) as runtime, capped_process(run.device, _study_limit(run)):
         run.attrs[RecordKey.RUNTIME] = runtime
         return _outcome(run)
+
+
+def _study_limit(run: TrialRun) -> int | None:
+    """The limit the study set, in bytes; None when it set none (the CUDA default is the device's own)."""
+    limit_gb = run.config.memory_limit_gb
+    return None if limit_gb is None else limit_bytes(run.device, limit_gb)
 
 
 def _outcome(run: TrialRun) -> TrialOutcome:
@@ -75,18 +83,23 @@ def _outcome(run: TrialRun) -> TrialOutcome:
         return ended(exc.verdict, run.attrs)
     except PrunedByPruner as exc:
         return ended(Verdict(Kind.PRUNED, exc.where), run.attrs)
-    except (torch.OutOfMemoryError, MemoryError) as exc:
-        detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-        # The batch size did not fit with these knobs: the sampler avoids it (and larger) with them.
-        verdict = Verdict.make(Kind.OOM, f"{type(exc).__name__}: {detail}".rstrip(": "), oom_part(run.config))
-        return ended(verdict, run.attrs)
     except Exception as exc:
+        if is_out_of_memory(exc):
+            # The batch size did not fit with these knobs: the sampler avoids it (and larger) with them.
+            return ended(_oom_verdict(run, exc), run.attrs)
         # Not proven to be the knobs' (it may be the workload, the data or the device): an
         # error, with its traceback, and nothing cached.
         run.attrs[RecordKey.ERROR_TRACEBACK] = short_traceback(exc)
         raise TrialError(error_verdict(exc), run.attrs) from exc
     finally:
         free_memory(run.device)
+
+
+def _oom_verdict(run: TrialRun, exc: BaseException) -> Verdict:
+    first_line = (str(exc).splitlines() or [""])[0]
+    # torch's CPU allocator's message starts with "[enforce fail at alloc_cpu.cpp:N] err == 0. ".
+    detail = first_line.partition(" err == 0. ")[2] or first_line
+    return Verdict.make(Kind.OOM, f"{type(exc).__name__}: {detail[:200]}".rstrip(": "), oom_part(run.config))
 
 
 def _verify_and_train(run: TrialRun) -> TrialOutcome:
@@ -98,10 +111,8 @@ def _verify_and_train(run: TrialRun) -> TrialOutcome:
     rejection = budget_memory(run)
     if rejection is not None:
         return rejection
-    # A limit the study set is enforced while training (on a CPU by hpo's meter); the CUDA default
-    # is the device's own.
-    limit_gb = run.config.memory_limit_gb
-    with enforced_limit(run.device, None if limit_gb is None else limit_bytes(run.device, limit_gb)):
+    # A limit the study set is enforced while training (on a CPU by hpo's meter, under the cap).
+    with enforced_limit(run.device, _study_limit(run)):
         if run.workload.trainer == "lightning":
             _train_with_lightning(run)
         else:

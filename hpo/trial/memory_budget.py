@@ -30,6 +30,7 @@ from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.errors import UserInputError
 from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed
+from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.memory_model import GB, PeakModel, fit_peaks, limit_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.knobs.optimizers import learning_rate_zero
@@ -205,7 +206,9 @@ def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) 
         model = _model(run)
         try:
             (_, peak), *_ = measure_peaks(model, run.workload, run.config, (chosen,), first=fit_batches(run.config)[0])
-        except torch.OutOfMemoryError:
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if not is_out_of_memory(exc):  # torch's CPU allocator's failure (under the cap) is a RuntimeError
+                raise
             peak = None
         if peak is not None and peak <= budget:
             break

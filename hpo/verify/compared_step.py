@@ -16,6 +16,7 @@ from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.errors import HpoError, KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.knobs.optimizers import learning_rate_zero
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_div, foreach_norm
@@ -113,9 +114,9 @@ class ComparedSteps:
             return trial, _Failure(str(exc.verdict), exc.verdict, "contract")
         except NonFiniteLoss as exc:
             return trial, _Failure(f"non-finite loss {exc.loss}")
-        except (torch.OutOfMemoryError, MemoryError):
-            raise  # out of memory is about this trial's size, not about the knobs: the trial records it
         except Exception as exc:
+            if is_out_of_memory(exc):
+                raise  # out of memory is about this trial's size, not about the knobs: the trial records it
             if is_sticky_device_error(exc):
                 raise  # the device is unusable until this process ends: an error, never the knobs'
             known, cause = match_known_failure(exc, knobs), real_cause(exc)  # not Dynamo's wrapper

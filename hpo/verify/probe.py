@@ -45,6 +45,7 @@ from hpo.engine.flops import counting_flops
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
 from hpo.hardware.memory import free_memory, hand_back_freed, resident_bytes
+from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.runtime import seed_everything
 from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
@@ -184,7 +185,9 @@ def _timed_reference(
     was recorded `oom` this way, by the reference's 125 GB."""
     try:
         timing = time_reference(reference, batch, growth, samples)
-    except torch.OutOfMemoryError as exc:
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):  # torch's CPU allocator's failure (under the cap) is a RuntimeError
+            raise
         why = (str(exc).splitlines() or [""])[0][:120]
     else:
         store.put(reference_key(config, reference.device), timing.record())

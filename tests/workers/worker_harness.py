@@ -34,6 +34,7 @@ def space_file(
     workload: str = "toy_workloads:Toy",
     trial_timeout_s: float | None = None,
     optimizer: str | list[str] = "forloop",
+    memory_limit_gb: float | None = None,
     **options,
 ) -> Path:
     """A search space whose trials take about a second: a tiny toy model, two steps, fixed knobs
@@ -49,6 +50,7 @@ def space_file(
             "max_retries": max_retries,
             "skip_slow": False,
             "trial_timeout_s": trial_timeout_s,
+            **({} if memory_limit_gb is None else {"memory_limit_gb": memory_limit_gb}),
         },
         "workload": {
             "name": workload,
