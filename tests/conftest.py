@@ -240,12 +240,15 @@ def one_torch_thread():
 
 
 def judged_despite_noise(prove):
-    """`prove()` (a proof or a probe), asked again at most four times while its reference was too
+    """`prove()` (a proof, a probe or a trial), asked again at most four times while its reference was too
     noisy to judge against (`not judged`, by design): on a 2-core host running two test workers,
     the reference's fastest steps read 26-136% apart. A value never proven slow still fails."""
     for _ in range(5):
         result = prove()
-        why = getattr(result, "not_judged", None) or getattr(result, "slow_not_judged", None) or ""
+        attrs = getattr(result, "attrs", None) or {}  # a trial's outcome records it among its attrs
+        why = (
+            getattr(result, "not_judged", None) or getattr(result, "slow_not_judged", None) or attrs.get("slow_not_judged") or ""
+        )
         if "reference spread" not in why:
             return result
     return result

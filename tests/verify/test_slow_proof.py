@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import slow_foreach_adamw, toy_config
+from conftest import judged_despite_noise, slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.trial.executor import execute
@@ -66,11 +66,11 @@ def test_a_reference_too_noisy_to_judge_gives_no_slow_verdict_and_the_trial_trai
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_trial_records_the_slowdown_its_verdict_states(monkeypatch):
-    """Fault: foreach AdamW sleeps 300 ms a step. The stored reference time is 1 ms, so the trial's
+    """Fault: foreach AdamW sleeps 1 s a step. The stored reference time is 1 ms, so the trial's
     first steps read hundreds of times the limit; the verdict is the proof's, timed beside the
     reference, and the trial's stored `slowdown` is that same number, not the first steps' ratio
     to the stored time (a Mamba trial said 6.3x in its verdict and 13.6 in its record)."""
-    slow_foreach_adamw(monkeypatch, 0.3)
+    slow_foreach_adamw(monkeypatch, 1.0)
     config = toy_config(Knobs(precision="fp32", attention="eager", optimizer="foreach"), max_steps=4, eval_every=4)
     config = dataclasses.replace(config, skip_slow=True)
 
@@ -79,11 +79,8 @@ def test_a_trial_records_the_slowdown_its_verdict_states(monkeypatch):
         verdicts.put(reference_key(config, CPU), {"step_ms": 1.0})
         return execute(config, verdicts)
 
-    for _ in range(5):  # asked again while the reference was too noisy to judge, as judged_despite_noise does
-        outcome = trial()
-        if "reference spread" not in (outcome.attrs.get("slow_not_judged") or ""):
-            break
+    outcome = judged_despite_noise(trial)
     assert outcome.verdict.kind is Kind.SLOW, outcome.verdict
     stated = float(outcome.verdict.detail.split("x ", 1)[0].removeprefix("at least "))
     assert round(outcome.attrs["slowdown"], 1) == stated, (outcome.attrs["slowdown"], outcome.verdict.detail)
-    assert outcome.attrs["slowdown"] < 300, outcome.attrs["slowdown"]  # not 300+ ms over the stored 1 ms
+    assert outcome.attrs["slowdown"] < 1000, outcome.attrs["slowdown"]  # not 1000+ ms over the stored 1 ms
