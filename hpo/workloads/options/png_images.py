@@ -6,9 +6,11 @@ import dataclasses
 
 from hpo.workloads.options import WorkloadOptions
 
-__all__ = ["METRICS", "Options", "PngImagesOptions"]
+__all__ = ["METRICS", "PACKAGES", "Options", "PngImagesOptions"]
 
 METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): Pillow draws and decodes the PNGs.
+PACKAGES = ("PIL",)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

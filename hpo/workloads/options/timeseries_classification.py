@@ -7,9 +7,11 @@ import dataclasses
 
 from hpo.workloads.options import WorkloadOptions
 
-__all__ = ["METRICS", "Options", "TimeseriesOptions"]
+__all__ = ["METRICS", "PACKAGES", "Options", "TimeseriesOptions"]
 
 METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): the daily prices ship inside the pmdarima wheel.
+PACKAGES = ("pmdarima",)
 
 _INTEGER_MINIMA = {
     "window": 2,
