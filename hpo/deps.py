@@ -161,7 +161,8 @@ def require_extra(who: str, modules: Sequence[str]) -> None:
     if missing:
         names = ", ".join(EXTRA_PACKAGES[m][0] for m in missing)
         extras = ",".join(dict.fromkeys(EXTRA_PACKAGES[m][1] for m in missing))
-        raise UserInputError(f"{who} needs {names}, which is not installed: pip install 'hpo[{extras}]'")
+        are = "is" if len(missing) == 1 else "are"
+        raise UserInputError(f"{who} needs {names}, which {are} not installed: pip install 'hpo[{extras}]'")
 
 
 def package_folder(who: str, module: str) -> Path:

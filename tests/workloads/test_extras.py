@@ -79,6 +79,17 @@ def test_run_stops_before_any_study_is_stored(make_missing, capsys, tmp_path):
     assert code == 2 and "pip install 'hpo[images]'" in capsys.readouterr().err and not db.exists()
 
 
+def test_every_missing_package_and_its_extra_is_named_once(make_missing):
+    make_missing("datasets")
+    make_missing("transformers")
+    with pytest.raises(deps.UserInputError) as refused:
+        deps.require_extra("workload.name: hf_causal_lm", ["transformers", "datasets", "huggingface_hub"])
+    assert (
+        str(refused.value)
+        == "workload.name: hf_causal_lm needs transformers, datasets, which are not installed: pip install 'hpo[hf]'"
+    )
+
+
 def test_the_workload_code_imports_its_package_through_deps(make_missing):
     make_missing("PIL")
     with pytest.raises(
