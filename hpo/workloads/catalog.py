@@ -77,7 +77,7 @@ def options_class(name: str) -> type[WorkloadOptions]:
     line before any trial runs."""
     if name in BUILTIN_OPTIONS:
         module = _import(BUILTIN_OPTIONS[name], name)
-        require_extra(f"workload.name: {name}", module.PACKAGES)
+        require_extra(f"workload.name: {name}", module.PACKAGES, module.EXTRA)
         return module.Options
     return getattr(resolve_factory(name), "Options", WorkloadOptions)
 

