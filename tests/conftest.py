@@ -12,6 +12,9 @@ import pytest
 import torch
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+# No test downloads: hpo honours HF_HUB_OFFLINE (hpo.workloads.options.hf_models), so a hub id missing
+# from the cache is refused in one line instead. A test of the online path unsets it and fakes the Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # pytest-xdist workers share the cores, as `hpo run`'s CPU workers do (hpo/runtime/workers.py):
 # each worker's torch otherwise starts a thread per core, and on CI's 2 workers x 2 threads on 2

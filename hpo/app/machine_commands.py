@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpo.app.command_io import show, storage_url
+from hpo.app.command_io import fetch_checkpoints, show, storage_url
 from hpo.app.output import dumps, outcome_json
 from hpo.errors import ExitCode, UserInputError
 from hpo.records import RecordKey
@@ -13,7 +13,9 @@ from hpo.records import RecordKey
 
 def cmd_train(args) -> int:
     from hpo.app.retrain import retrain
+    from hpo.config.space import load_space
 
+    fetch_checkpoints(load_space(args.config))  # an exported config is a space file with every value fixed
     config, outcome = retrain(Path(args.config))
     failure = outcome.attrs.get(RecordKey.ERROR_TRACEBACK)
     if failure:  # an error, not a verdict on the knobs: where it came from, on stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from hpo.app.command_io import first_line, show, show_trials, storage_url
+from hpo.app.command_io import fetch_checkpoints, first_line, show, show_trials, storage_url
 from hpo.app.output import enqueued_json, knob_row_json
 from hpo.errors import ExitCode, UserInputError
 from hpo.masking import mask_secrets
@@ -36,6 +36,7 @@ def cmd_run(args) -> int:
     name = args.study or space.study.name
     url = storage_url(args, name)
     if args.workers != 0:
+        fetch_checkpoints(space)  # before the forkserver's warm-up loads the model
         start_early(space, url, args.workers, isolate=not args.in_process)
     # Imported after that start: Optuna's imports then overlap the forkserver's.
     from hpo.reporting.ranking import best_trials
@@ -89,6 +90,7 @@ def cmd_worker(args) -> int:
     from hpo.study.create import space_of
 
     space, who = space_of(study), f"hpo worker: study {args.study!r}"
+    fetch_checkpoints(space)
     if not _runnable_here(space, who, in_child=not args.in_process, url=args.storage):
         return ExitCode.NO_KNOBS_RUN_HERE
     if not _probe_first(study, space, who):
@@ -144,6 +146,7 @@ def cmd_probe(args) -> int:
     from hpo.verify.machine_facts import MachineFacts
 
     space = load_space(args.space)
+    fetch_checkpoints(space)
     store = MemoryVerdicts()
     if args.study or args.storage:
         from hpo.study.create import create_or_resume

@@ -53,6 +53,13 @@ class SearchSpace:
         """The workload's own options from the file (its name and training lengths removed)."""
         return dict(self.spec.workload.model_extra or {})
 
+    def option_values(self, key: str) -> list[Any]:
+        """Every value the workload option `key` takes in this space: each searched one, or the fixed one."""
+        if key in self.params:
+            return [value for _, value in candidates(key, self.params[key])]
+        options = self.workload_options()
+        return [options[key]] if key in options else []
+
     def fingerprint(self) -> dict[str, Any]:
         """What makes two files the same study: a resumed study must not change its space."""
         return {

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from hpo.deps import require_extra
 from hpo.errors import UserInputError
 from hpo.workloads.options import WorkloadOptions, build_options
 
@@ -23,6 +24,7 @@ __all__ = [
     "BUILTIN_WORKLOADS",
     "NEEDS_USER_FILES",
     "SELF_CONTAINED_WORKLOADS",
+    "checkpoint_option",
     "create_workload",
     "metrics_of",
     "options_class",
@@ -70,10 +72,22 @@ def _import(module_name: str, name: str) -> ModuleType:
 
 
 def options_class(name: str) -> type[WorkloadOptions]:
-    """The workload's options dataclass; a built-in's without importing its model."""
+    """The workload's options dataclass; a built-in's without importing its model. A built-in whose
+    packages (an extra of hpo's) are not installed is refused here, so `hpo validate` says so in one
+    line before any trial runs."""
     if name in BUILTIN_OPTIONS:
-        return _import(BUILTIN_OPTIONS[name], name).Options
+        module = _import(BUILTIN_OPTIONS[name], name)
+        require_extra(f"workload.name: {name}", module.PACKAGES, module.EXTRA)
+        return module.Options
     return getattr(resolve_factory(name), "Options", WorkloadOptions)
+
+
+def checkpoint_option(name: str) -> str | None:
+    """The option naming a built-in's Hugging Face checkpoint (a local folder or a hub id, which `hpo
+    run`, `hpo worker` and `hpo train` fetch before the first trial); None for a workload without one."""
+    if name not in BUILTIN_OPTIONS:
+        return None
+    return getattr(_import(BUILTIN_OPTIONS[name], name), "CHECKPOINT_OPTION", None)
 
 
 def parse_options(name: str, raw: dict[str, Any]) -> WorkloadOptions:

@@ -11,10 +11,10 @@ import collections
 import dataclasses
 import functools
 from collections.abc import Iterator
-from importlib import resources
 
 import torch
 
+from hpo import deps
 from hpo.workloads.base import Batch
 
 __all__ = ["EVAL_BATCH_SIZE", "TextData", "evaluation_batches", "load_corpus", "load_data", "model_path", "tokenizer"]
@@ -43,8 +43,6 @@ class TextData:
 
 
 def model_path() -> str:
-    from hpo import deps
-
     return str(deps.minilm().get_model_path())
 
 
@@ -64,7 +62,7 @@ def load_corpus() -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
     # in every study's start-up (docs/benchmarks/vs-hf.md). Both build the same Python objects.
     yaml_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     seen: dict[str, set[str]] = collections.defaultdict(set)
-    root = resources.files("chatterbot_corpus") / "data" / "english"
+    root = deps.package_folder("workload.name: text_classification", "chatterbot_corpus") / "data" / "english"
     for path in sorted(root.iterdir(), key=lambda p: p.name):
         topic = path.name.removesuffix(".yml")
         for dialogue in yaml.load(path.read_text(encoding="utf-8"), Loader=yaml_loader)["conversations"]:

@@ -19,39 +19,27 @@ import torch
 from torch import nn
 
 from hpo.errors import KnobUnavailable, UserInputError
-from hpo.workloads.options.hf_files import force_offline
+from hpo.workloads.options.hf_models import TOKENIZER_FILES, checkpoint_folder
 from hpo.workloads.text_classification import hf_attention_implementation, own_weights, quiet_transformers
 
 __all__ = ["cache_folder", "cached", "checkpoint_layers", "load_pretrained", "load_tokenizer", "pad_rows"]
 
 CACHE_FORMAT = 1
-# Files of a checkpoint folder that decide how text becomes tokens.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "tokenizer.model",
-    "added_tokens.json",
-)
 
 
 def load_tokenizer(path: str):
-    force_offline()
     from transformers import AutoTokenizer
 
     with quiet_transformers():
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return AutoTokenizer.from_pretrained(checkpoint_folder(path), local_files_only=True)
 
 
 def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overrides: dict[str, Any], **config: Any) -> nn.Module:
     """`transformers.<auto_class>.from_pretrained(path)` with the trial's attention. A value the model
     class refuses (no SDPA support, flash-attn missing) is an `incompatible` verdict, never a
-    fallback; so is a model that came back with another implementation than the one asked for."""
-    force_offline()
+    fallback; so is a model that came back with another implementation than the one asked for. `path`:
+    a local folder or a hub id, read from the Hugging Face cache (hf_models)."""
+    path = checkpoint_folder(path)
     impl = hf_attention_implementation(attention)  # flash_attn/xformers: raises KnobUnavailable when missing
     import transformers
 
@@ -111,6 +99,7 @@ def _file_digest(path: str | Path) -> str:
 
 def cache_key(files: Sequence[str], model_path: str, settings: dict[str, Any]) -> str:
     """A key over the data files' bytes, the tokenizer files' bytes and the settings."""
+    model_path = checkpoint_folder(model_path)
     tokenizer = {name: _file_digest(Path(model_path) / name) for name in TOKENIZER_FILES if (Path(model_path) / name).is_file()}
     parts = {"format": CACHE_FORMAT, "files": [_file_digest(f) for f in files], "tokenizer": tokenizer, "settings": settings}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]

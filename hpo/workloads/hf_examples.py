@@ -16,8 +16,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from hpo.workloads.options.hf_files import force_offline
-
 __all__ = ["write_examples"]
 
 TRAIN_MODULES = ("argparse", "dataclasses", "functools", "inspect", "pathlib", "shutil", "textwrap")
@@ -27,7 +25,6 @@ VALIDATION_MODULES = ("typing", "subprocess")
 def write_examples(folder: Path) -> list[Path]:
     from hpo.workloads.text_classification import quiet_transformers
 
-    force_offline()
     folder.mkdir(parents=True, exist_ok=True)
     with quiet_transformers():
         return [*_topics(folder), _minilm(folder / "minilm"), *_python_text(folder), _tiny_gpt2(folder)]

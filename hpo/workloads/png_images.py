@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpo.errors import UserInputError
+from hpo import deps
 from hpo.knobs.attention import attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.options.png_images import METRICS, PngImagesOptions
@@ -32,11 +32,8 @@ _FORMAT = 1  # bump when the pictures change, so an old cache folder is not read
 
 
 def _pil():
-    try:
-        from PIL import Image, ImageDraw
-    except ImportError:
-        raise UserInputError("workload.name: png_images needs Pillow (pip install pillow)") from None
-    return Image, ImageDraw
+    pil = deps.pillow()
+    return pil.Image, pil.ImageDraw
 
 
 def _picture(index: int, size: int, label: int):

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import io
-import pathlib
 import tarfile
 from collections.abc import Iterator
 
@@ -27,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hpo import deps
 from hpo.errors import UserInputError
 from hpo.knobs.attention import AttentionFn, attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload
@@ -40,10 +39,7 @@ _CLIP = 5.0
 @functools.cache
 def load_msft() -> tuple[np.ndarray, np.ndarray]:
     """(dates as 'YYYY-MM-DD' strings, float64 [open, high, low, close, volume]) per trading day."""
-    spec = importlib.util.find_spec("pmdarima")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise UserInputError("workload.name: timeseries_classification needs pmdarima (pip install pmdarima)")
-    path = pathlib.Path(spec.submodule_search_locations[0], "datasets", "data", "msft.tar.gz")
+    path = deps.package_folder("workload.name: timeseries_classification", "pmdarima") / "datasets" / "data" / "msft.tar.gz"
     with tarfile.open(path) as archive:
         member = next(m for m in archive.getmembers() if m.name.endswith(".csv"))
         text = archive.extractfile(member).read().decode()

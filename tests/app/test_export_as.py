@@ -4,6 +4,7 @@ the trial was observed to run; the evidence comes from their own training step, 
 from __future__ import annotations
 
 import json
+import sys
 
 import optuna
 import pytest
@@ -165,6 +166,16 @@ def test_an_optimizer_path_transformers_has_no_string_for_is_refused(workload, t
     trial = trial_with({**CASES[0], "optimizer": "apex"}, workload)
     with pytest.raises(UserInputError, match="optimizer=apex on cpu: test: transformers .* has no 'adamw_apex_fused'"):
         ex.export_as(trial, "hf", tmp_path)
+
+
+def test_export_as_hf_without_transformers_names_the_extra_in_one_line(workload, tmp_path, monkeypatch):
+    trial = trial_with(CASES[0], workload)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as when hpo[hf] is not installed
+    with pytest.raises(
+        UserInputError, match=r"^export --as hf needs transformers, which is not installed: pip install 'hpo\[hf\]'$"
+    ):
+        ex.export_as(trial, "hf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_exports_use_the_observed_knobs_not_the_requested_ones(workload, tmp_path):

@@ -48,11 +48,13 @@ def space(tmp_path: Path, **workload) -> Path:
 @pytest.mark.parametrize(
     "change, words",
     [
-        ({"model_name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "pass a local checkpoint folder"),
+        # Offline (tests/conftest.py) with an empty hub cache: a hub id is looked up there, not downloaded.
+        ({"model_name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "is not in the Hugging Face cache"),
         ({"label_column": "topic"}, "label_column: column 'topic' is not in train_file"),
     ],
 )
-def test_validate_refuses_in_one_line(tmp_path, change, words):
+def test_validate_refuses_in_one_line(tmp_path, monkeypatch, change, words):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     path = space(tmp_path, **change)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")

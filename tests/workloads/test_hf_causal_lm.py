@@ -101,12 +101,13 @@ def test_tokens_are_cached_on_disk(model_dir, tmp_path):
     assert torch.equal(first.train_data, second.train_data)
 
 
-def test_bad_inputs_are_one_line(model_dir, tmp_path):
+def test_bad_inputs_are_one_line(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # empty, and offline (tests/conftest.py)
     raw = options(model_dir, tmp_path)
     (tmp_path / "blank.txt").write_text("\n\n")
     with pytest.raises(UserInputError, match="validation_file: .* holds no text"):
         parse_options("hf_causal_lm", {**raw, "validation_file": str(tmp_path / "blank.txt")})
-    with pytest.raises(UserInputError, match="not a local folder"):
+    with pytest.raises(UserInputError, match="'gpt2' is not in the Hugging Face cache"):
         parse_options("hf_causal_lm", {**raw, "model_name_or_path": "gpt2"})
     (tmp_path / "short.txt").write_text("def add")
     with pytest.raises(UserInputError, match="fewer than block_size"):

@@ -152,17 +152,19 @@ def test_jsonl_and_parquet_and_text_pairs(model_dir, tmp_path):
 @pytest.mark.parametrize(
     "change, match",
     [
-        (
+        (  # offline (tests/conftest.py), and the test's own empty hub cache lacks it
             {"model_name_or_path": "bert-base-uncased"},
-            "is not a local folder; hpo downloads nothing, so pass a local checkpoint folder",
+            "'bert-base-uncased' is not in the Hugging Face cache .* and HF_HUB_OFFLINE is set",
         ),
+        ({"model_name_or_path": "models/bert/v1"}, "is not a local folder nor a Hugging Face hub id"),
         ({"text_column": "sentence"}, "text_column: column 'sentence' is not in train_file"),
         ({"train_file": "missing.csv"}, "train_file: 'missing.csv' does not exist"),
         ({"train_file": "data.xlsx"}, "train_file: 'data.xlsx' must be a file ending in one of"),
         ({"max_length": 1}, "max_length"),
     ],
 )
-def test_bad_options_are_refused_before_any_trial(model_dir, files, tmp_path, change, match):
+def test_bad_options_are_refused_before_any_trial(model_dir, files, tmp_path, monkeypatch, change, match):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(UserInputError, match=match):
         parse_options("hf_text_classification", {**options(model_dir, files, tmp_path), **change})
 

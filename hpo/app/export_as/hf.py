@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
+from hpo.deps import require_extra
 from hpo.errors import UserInputError
 from hpo.knobs.registry import PRECISION_SPECS
 
@@ -14,6 +15,7 @@ __all__ = ["hf_arguments"]
 
 def _hf_optim(w: Winner) -> str:
     """transformers' `optim` string for the optimizer path that ran, looked up in its OptimizerNames."""
+    require_extra("export --as hf", ["transformers"])
     import transformers
     from transformers.training_args import OptimizerNames
 

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from hpo.workloads.options import WorkloadOptions
 
-__all__ = ["METRICS", "CausalLMOptions", "Options"]
+__all__ = ["METRICS", "EXTRA", "PACKAGES", "CausalLMOptions", "Options"]
 
 METRICS = {"val_loss": "minimize", "val_perplexity": "minimize"}
+PACKAGES = ()  # hpo's core only: its text is the Python standard library's source
+EXTRA = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,9 @@ model it trains as a LightningModule (model: hpo.workloads.causal_lm_lightning).
 
 from hpo.workloads.options.causal_lm import METRICS, CausalLMOptions
 
-__all__ = ["METRICS", "Options"]
+__all__ = ["METRICS", "Options", "EXTRA", "PACKAGES"]
+
+PACKAGES = ("lightning",)  # installed by hpo[lightning] (hpo.deps.EXTRA_PACKAGES)
+EXTRA = "lightning"  # the extra of hpo that installs them: `pip install 'hpo[lightning]'`
 
 Options = CausalLMOptions

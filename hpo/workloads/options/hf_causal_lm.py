@@ -11,17 +11,22 @@ from pathlib import Path
 from typing import Any
 
 from hpo.workloads.options import WorkloadOptions
-from hpo.workloads.options.hf_files import TEXT_SUFFIXES, check_columns, check_local_model, check_overrides, read_table
+from hpo.workloads.options.hf_files import TEXT_SUFFIXES, check_columns, check_overrides, read_table
+from hpo.workloads.options.hf_models import check_model
 
-__all__ = ["METRICS", "HFCausalLMOptions", "Options"]
+__all__ = ["CHECKPOINT_OPTION", "METRICS", "EXTRA", "PACKAGES", "HFCausalLMOptions", "Options"]
 
 METRICS = {"val_loss": "minimize", "val_perplexity": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): the checkpoint and the user's files.
+PACKAGES = ("transformers", "datasets", "huggingface_hub")
+EXTRA = "hf"  # the extra of hpo that installs them: `pip install 'hpo[hf]'`
+CHECKPOINT_OPTION = "model_name_or_path"  # a local folder or a hub id (hf_models)
 DATA_BUILDERS = ("text", "csv", "json", "parquet")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HFCausalLMOptions(WorkloadOptions):
-    model_name_or_path: str  # a local folder: loaded with AutoModelForCausalLM
+    model_name_or_path: str  # a local folder or a hub id (hf_models): loaded with AutoModelForCausalLM
     train_file: str
     validation_file: str
     text_column: str = "text"  # the column of a data file; a text file is read whole, as one document
@@ -42,7 +47,7 @@ class HFCausalLMOptions(WorkloadOptions):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, but got {value!r}")
-        check_local_model("model_name_or_path", self.model_name_or_path)
+        check_model("model_name_or_path", self.model_name_or_path)
         for key in ("train_file", "validation_file"):
             path = getattr(self, key)
             table = read_table(key, path, DATA_BUILDERS)

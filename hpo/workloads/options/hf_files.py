@@ -1,17 +1,16 @@
-"""The user's own files for the Hugging Face workloads, checked without torch: a local checkpoint
-folder and data files read with `datasets`. `hpo validate` runs these checks through the options'
+"""The user's own files for the Hugging Face workloads, checked without torch: data files read with
+`datasets` (the checkpoint is hpo.workloads.options.hf_models'). `hpo validate` runs these checks through the options'
 `__post_init__`, so a missing column, an empty file or a label set that differs between the two
 files is refused (exit 2) before any trial, with one line naming the file and the value."""
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILDERS", "check_columns", "check_overrides", "check_local_model", "force_offline", "read_table", "sorted_labels"]
+__all__ = ["BUILDERS", "check_columns", "check_overrides", "read_table", "sorted_labels"]
 
 # File suffix -> the `datasets` packaged builder that reads it.
 BUILDERS: dict[str, str] = {
@@ -23,23 +22,6 @@ BUILDERS: dict[str, str] = {
     ".text": "text",
 }
 TEXT_SUFFIXES = (".txt", ".text")
-
-
-def force_offline() -> None:
-    """Nothing is downloaded: transformers, the hub client and datasets all run offline."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        os.environ[var] = "1"
-
-
-def check_local_model(key: str, value: str) -> Path:
-    """`value` must be a local checkpoint folder (config.json inside): hpo never downloads."""
-    path = Path(value).expanduser()
-    if not path.is_dir() or not (path / "config.json").is_file():
-        what = "has no config.json" if path.is_dir() else "is not a local folder"
-        example = path.parent.name == "hf-example"  # the shipped examples' inputs are written first
-        how = f"`python -m hpo.workloads.hf_examples {path.parent}` writes it" if example else "one written by save_pretrained"
-        raise ValueError(f"{key}: {value!r} {what}; hpo downloads nothing, so pass a local checkpoint folder ({how})")
-    return path
 
 
 def builder_for(key: str, value: str, allowed: Sequence[str]) -> str:
@@ -73,7 +55,6 @@ def read_table(key: str, value: str, allowed: Sequence[str]) -> Any:
 @functools.lru_cache(maxsize=8)
 def _read(path: str, builder: str, size: int, mtime_ns: int) -> Any:
     """Cached per (path, size, mtime): options are built more than once per process."""
-    force_offline()
     import datasets
 
     datasets.disable_progress_bars()

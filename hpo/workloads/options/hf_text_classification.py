@@ -11,17 +11,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpo.workloads.options import WorkloadOptions
-from hpo.workloads.options.hf_files import check_columns, check_local_model, check_overrides, read_table, sorted_labels
+from hpo.workloads.options.hf_files import check_columns, check_overrides, read_table, sorted_labels
+from hpo.workloads.options.hf_models import check_model
 
-__all__ = ["METRICS", "HFTextClassificationOptions", "Options"]
+__all__ = ["CHECKPOINT_OPTION", "METRICS", "EXTRA", "PACKAGES", "HFTextClassificationOptions", "Options"]
 
 METRICS = {"val_accuracy": "maximize", "val_f1": "maximize", "val_loss": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): the checkpoint and the user's files.
+PACKAGES = ("transformers", "datasets", "huggingface_hub")
+EXTRA = "hf"  # the extra of hpo that installs them: `pip install 'hpo[hf]'`
+CHECKPOINT_OPTION = "model_name_or_path"  # a local folder or a hub id (hf_models)
 DATA_BUILDERS = ("csv", "json", "parquet")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HFTextClassificationOptions(WorkloadOptions):
-    model_name_or_path: str  # a local folder: loaded with AutoModelForSequenceClassification
+    model_name_or_path: str  # a local folder or a hub id (hf_models): loaded with AutoModelForSequenceClassification
     train_file: str
     validation_file: str
     text_column: str = "text"
@@ -41,7 +46,7 @@ class HFTextClassificationOptions(WorkloadOptions):
         object.__setattr__(self, "config_overrides", check_overrides(self.config_overrides))
         if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2:
             raise ValueError(f"max_length: must be an integer >= 2, but got {self.max_length!r}")
-        check_local_model("model_name_or_path", self.model_name_or_path)
+        check_model("model_name_or_path", self.model_name_or_path)
         columns = {"text_column": self.text_column, "text_pair_column": self.text_pair_column, "label_column": self.label_column}
         labels = {}
         for key in ("train_file", "validation_file"):

