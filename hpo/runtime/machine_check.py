@@ -43,7 +43,7 @@ class NothingRunsHere(Exception):
     """Every knob combination of the space holds a value (or pair) this machine cannot run."""
 
     def __init__(self, check: MachineCheck):
-        self.lines = [n.line() for n in check.not_runnable]
+        self.device, self.lines = check.device, [n.line() for n in check.not_runnable]
         super().__init__("\n".join(self.lines))
 
 
