@@ -6,7 +6,7 @@ import sys
 
 from hpo.app.command_io import first_line, show, show_trials, storage_url
 from hpo.app.output import enqueued_json, knob_row_json
-from hpo.errors import ExitCode, UserInputError
+from hpo.errors import ExitCode, NoKnobsRunHere, UserInputError
 from hpo.masking import mask_secrets
 
 
@@ -28,8 +28,7 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from hpo.config.space import load_space
-    from hpo.runtime.machine_check import NothingRunsHere
-    from hpo.strategy import NothingVerified, WorkersFailed, run_study
+    from hpo.strategy import WorkersFailed, run_study  # torch-free: nothing is imported before the forkserver starts
 
     space = load_space(args.space)
     name = args.study or space.study.name
@@ -45,7 +44,7 @@ def cmd_run(args) -> int:
             in_process=args.in_process,
             say=_say,
         )
-    except (NothingRunsHere, NothingVerified) as exc:
+    except NoKnobsRunHere as exc:
         return _nothing_left(who, exc)
     except WorkersFailed:
         return ExitCode.WORKER_FAILED
@@ -68,10 +67,9 @@ def cmd_worker(args) -> int:
     import sqlalchemy.exc
 
     from hpo.app.best_and_export import open_study
-    from hpo.runtime.machine_check import NothingRunsHere
     from hpo.runtime.runners import TrialsCannotStart
     from hpo.runtime.workers import run_worker
-    from hpo.strategy import NothingVerified, ready_to_run
+    from hpo.strategy import ready_to_run
 
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")
@@ -81,7 +79,7 @@ def cmd_worker(args) -> int:
     space, who = space_of(study), f"hpo worker: study {args.study!r}"
     try:
         ready_to_run(study, space, in_child=not args.in_process, url=args.storage)
-    except (NothingRunsHere, NothingVerified) as exc:
+    except NoKnobsRunHere as exc:
         return _nothing_left(who, exc)
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
@@ -98,18 +96,13 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _nothing_left(who: str, exc: Exception) -> int:
-    """No knob combination is left to run (exit `NO_KNOBS_RUN_HERE`): none can run on this machine
-    (`NothingRunsHere`, one line per value it cannot run), or probe_first's opening sweep verified
-    none (`NothingVerified`, one line per rejected value)."""
-    from hpo.runtime.machine_check import NothingRunsHere
-
-    if isinstance(exc, NothingRunsHere):
-        print(f"{who}: no knob combination can run on this machine ({exc.device}); not runnable here:", file=sys.stderr)
-    else:
-        print(f"{who}: no knob combination passed the sweep (study.strategy: probe_first); rejected:", file=sys.stderr)
+def _nothing_left(who: str, exc: NoKnobsRunHere) -> int:
+    """No knob combination is left to run: none can run on this machine (`NothingRunsHere`), or
+    probe_first's opening sweep verified none (`NothingVerified`); its headline, then one line per
+    value that cannot run."""
+    print(f"{who}: {exc.headline}", file=sys.stderr)
     print(str(exc), file=sys.stderr)
-    return ExitCode.NO_KNOBS_RUN_HERE
+    return exc.exit_code
 
 
 def cmd_probe(args) -> int:

@@ -25,22 +25,18 @@ from hpo.config.space import SearchSpace
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import add_study_user_attr
 from hpo.strategy._decision import make_decision
+from hpo.strategy._errors import NothingVerified
 from hpo.strategy._sweep import sweep
 from hpo.strategy._warm_models import WarmModels
 from hpo.verify.cache import StudyVerdicts
 from hpo.verify.machine_facts import MachineFacts
 from hpo.verify.steady import ONE_STEP
 
-__all__ = ["FAILED_ATTR", "LOCK_ATTR", "NothingVerified", "decide"]
+__all__ = ["FAILED_ATTR", "LOCK_ATTR", "decide"]
 
 LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, who runs the sweep
 FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
 WAIT_S = 1.0  # how often a waiting worker reads the study for the decision
-
-
-class NothingVerified(Exception):
-    """No combination of the space passed the sweep: one line per rejected value (`hpo run` and
-    `hpo worker` exit 4, `NO_KNOBS_RUN_HERE`)."""
 
 
 def decide(study: optuna.Study, space: SearchSpace, say: Callable[[str], None] | None = None) -> dict | None:

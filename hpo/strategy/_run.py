@@ -12,28 +12,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpo.config.space import SearchSpace, load_space, parse_space
-from hpo.errors import ExitCode, HpoError, UserInputError
+from hpo.errors import UserInputError
 from hpo.logging import get_logger
 from hpo.masking import mask_secrets
 from hpo.storage.urls import default_storage
+from hpo.strategy._errors import WorkersFailed
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["WorkersFailed", "as_space", "ready_to_run", "run_study"]
+__all__ = ["as_space", "ready_to_run", "run_study"]
 
 _log = get_logger(__name__)
-
-
-class WorkersFailed(HpoError):
-    """Some of the study's local workers failed (exit 5, `WORKER_FAILED`); `study` holds what the
-    others ran."""
-
-    exit_code = ExitCode.WORKER_FAILED
-
-    def __init__(self, failed: int, study: optuna.Study):
-        super().__init__(f"{failed} worker(s) of study {study.study_name!r} failed; see the log above")
-        self.failed, self.study = failed, study
 
 
 def as_space(space: SearchSpace | Mapping[str, Any] | str | Path) -> SearchSpace:
