@@ -41,7 +41,7 @@ MARGIN = 1.5  # over the H200's times: another GPU (the default kind is an H100)
 KNOB_SHAPE = ["d_model=768", "n_layers=6", "n_heads=12", "seq_len=512"]  # the H200 run's knob benchmark
 TOY_WORKLOAD = "benchmarks.gpu_session_toy:ToyCausalLM"  # the studies' toy model (gpu_session_streams.py has its own)
 TOY_SLOWER = 4
-LOCK = "hpo:probe_first:sweeper"  # hpo.study.strategy.LOCK_ATTR (this runner imports no hpo): {"host", "pid", "at"}
+LOCK = "hpo:probe_first:sweeper"  # hpo.strategy.LOCK_ATTR (this runner imports no hpo): {"host", "pid", "at"}
 ZOO_SHARE = 0.7  # of the correctness step's cap: the zoo starts no model later, and one model's probes fit the rest
 LOADER_SHARE = 0.6  # of the same cap: the loader stream starts no setting later (one png_images trial: about 4 s on a CPU)
 MEMORY_SHARE = 0.6  # of the same cap: the memory budget starts no row later (one big.yaml trial: about 30 s on the H200)

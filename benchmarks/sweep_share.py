@@ -5,7 +5,7 @@ machine, beside a joint study of the same space (issue 38):
 Runs `hpo run` three times on SPACE, each a new study, one after the other on one machine: probe_first
 (`first`), probe_first again (`repeated`: both read and write one fresh store of this machine's facts,
 so the second reuses what the first proved), and joint. For each run:
-- `sweep_s`: the sweep and its race, as the decision records it (`hpo.app.probe_first`);
+- `sweep_s`: the sweep and its race, as the decision records it (`hpo.strategy.decide`);
 - `to_first_trial_s`: from the run's start to its first trial's start (start-up, machine check, study
   creation, and for probe_first the sweep); joint's is the same start-up without a sweep;
 - `sweep_share`: `sweep_s` over the run's wall time;

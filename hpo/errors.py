@@ -70,6 +70,15 @@ class UserInputError(HpoError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class NoKnobsRunHere(HpoError):
+    """No knob combination is left to run (exit 4): `headline` says why, the message one line per
+    value that cannot run (`hpo.runtime.NothingRunsHere`: on this machine; `hpo.strategy.NothingVerified`:
+    probe_first's opening sweep verified none)."""
+
+    exit_code = ExitCode.NO_KNOBS_RUN_HERE
+    headline = "no knob combination is left to run"
+
+
 class StorageUnreachable(UserInputError):
     """The storage's server did not answer (refused, unresolvable, timed out): exit 3, so a cluster
     script can tell "retry later" from "fix the command"."""

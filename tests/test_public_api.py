@@ -25,6 +25,7 @@ PACKAGES = (
     "reporting",
     "runtime",
     "storage",
+    "strategy",
     "study",
     "trial",
     "verify",

@@ -46,17 +46,3 @@ def show_trials(args, study, trials: list, what: str) -> None:
     names = metric_names(study)
     title = f"{what} of study {study.study_name!r} ({len(trials)} trial{'s' if len(trials) != 1 else ''}):"
     show(args, [trial_json(t, study.metric_names) for t in trials], f"{title}\n{front_table(trials, names)}")
-
-
-def fetch_checkpoints(space) -> None:
-    """Each Hugging Face hub id the space's workload names and the cache lacks, downloaded here, once,
-    before the first trial: the trial processes (and the forkserver's warm-up) then only read the cache."""
-    from hpo.workloads.catalog import checkpoint_option
-
-    key = checkpoint_option(space.spec.workload.name)
-    if key is None:
-        return
-    from hpo.workloads.options.hf_models import fetch
-
-    for value in dict.fromkeys(space.option_values(key)):
-        fetch(value)

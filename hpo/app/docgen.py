@@ -1,6 +1,7 @@
 """The docs site's reference pages, generated from the code so that they cannot drift: every key of
 a search-space file (from the pydantic schema), every command and option (from the argparse parser)
-with the exit codes (from `hpo.errors`), and every trial record (from the record schema).
+with the exit codes (from `hpo.errors`), every trial record (from the record schema), and the
+Python API (from the docstrings of what `import hpo` exports, `hpo.app.api_page`).
 
 `python -m hpo.app.docgen` rewrites them under docs/reference/; a test fails when one is stale.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from hpo.app.api_page import api_page
 from hpo.config.schema import SpaceFile
 from hpo.errors import exit_code_table
 from hpo.records import readme_list
@@ -115,6 +117,7 @@ PAGES: dict[str, typing.Callable[[], str]] = {
     "search-space.md": search_space_page,
     "cli.md": lambda: cli_page(_parser()),
     "records.md": records_page,
+    "python-api.md": lambda: api_page(_NOTE.strip()),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpo.app.command_io import fetch_checkpoints, show, storage_url
+from hpo.app.command_io import show, storage_url
 from hpo.app.output import dumps, outcome_json
 from hpo.errors import ExitCode, UserInputError
 from hpo.records import RecordKey
@@ -14,6 +14,7 @@ from hpo.records import RecordKey
 def cmd_train(args) -> int:
     from hpo.app.retrain import retrain
     from hpo.config.space import load_space
+    from hpo.workloads.catalog import fetch_checkpoints
 
     fetch_checkpoints(load_space(args.config))  # an exported config is a space file with every value fixed
     config, outcome = retrain(Path(args.config))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from hpo.app.command_io import fetch_checkpoints, first_line, show, show_trials, storage_url
+from hpo.app.command_io import first_line, show, show_trials, storage_url
 from hpo.app.output import enqueued_json, knob_row_json
-from hpo.errors import ExitCode, UserInputError
+from hpo.errors import ExitCode, NoKnobsRunHere, UserInputError
 from hpo.masking import mask_secrets
 
 
@@ -28,45 +28,31 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from hpo.config.space import load_space
-    from hpo.runtime.forkserver import start_early
+    from hpo.strategy import WorkersFailed, run_study  # torch-free: nothing is imported before the forkserver starts
 
     space = load_space(args.space)
-    if args.workers is not None and args.workers < 0:
-        raise UserInputError(f"--workers must be >= 0 (0: create or resume the study only), got {args.workers}")
     name = args.study or space.study.name
-    url = storage_url(args, name)
-    if args.workers != 0:
-        fetch_checkpoints(space)  # before the forkserver's warm-up loads the model
-        start_early(space, url, args.workers, isolate=not args.in_process)
-    # Imported after that start: Optuna's imports then overlap the forkserver's.
-    from hpo.reporting.ranking import best_trials
-    from hpo.runtime.workers import run_workers
-    from hpo.study.create import create_or_resume
-    from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
-
-    needs = {r.name: r for r in sampler_requirements()}[space.study.sampler.name]
-    if not needs.usable:  # checked before anything is stored: every trial would fail otherwise
-        raise UserInputError(f"study.sampler.name: {needs.name} {needs.why}")
-
-    study = create_or_resume(space, url, name, n_trials=args.n_trials)
-    print(f"study {name!r} in {mask_secrets(url)}", file=sys.stderr)
-    note = SAMPLER_NOTES.get(space.study.sampler.name)
-    if note:
-        print(f"sampler {space.study.sampler.name}: {note}", file=sys.stderr)
+    who = f"study {name!r}"
+    try:
+        study = run_study(
+            space,
+            storage=storage_url(args, name),
+            study_name=name,
+            n_trials=args.n_trials,
+            workers=args.workers,
+            timeout=args.timeout,
+            in_process=args.in_process,
+            say=_say,
+        )
+    except NoKnobsRunHere as exc:
+        return _nothing_left(who, exc)
+    except WorkersFailed:
+        return ExitCode.WORKER_FAILED
     if args.workers == 0:  # workers elsewhere (a cluster job) run it
         print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
         return ExitCode.OK
-    from hpo.runtime.placement import default_workers
+    from hpo.reporting.ranking import best_trials
 
-    here = (args.workers or default_workers()) == 1  # the one worker is this process
-    if not _runnable_here(space, f"study {name!r}", in_child=not (here and args.in_process), url=url if here else None):
-        return ExitCode.NO_KNOBS_RUN_HERE
-    if not _probe_first(study, space, f"study {name!r}"):
-        return ExitCode.NO_KNOBS_RUN_HERE
-    timeout = args.timeout if args.timeout is not None else space.study.timeout
-    failed = run_workers(study, url, workers=args.workers, timeout=timeout, isolate=not args.in_process)
-    if failed:
-        return ExitCode.WORKER_FAILED
     try:
         best = best_trials(study)
     except UserInputError as exc:  # every trial failed, was rejected or was pruned
@@ -83,6 +69,7 @@ def cmd_worker(args) -> int:
     from hpo.app.best_and_export import open_study
     from hpo.runtime.runners import TrialsCannotStart
     from hpo.runtime.workers import run_worker
+    from hpo.strategy import ready_to_run
 
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")
@@ -90,11 +77,10 @@ def cmd_worker(args) -> int:
     from hpo.study.create import space_of
 
     space, who = space_of(study), f"hpo worker: study {args.study!r}"
-    fetch_checkpoints(space)
-    if not _runnable_here(space, who, in_child=not args.in_process, url=args.storage):
-        return ExitCode.NO_KNOBS_RUN_HERE
-    if not _probe_first(study, space, who):
-        return ExitCode.NO_KNOBS_RUN_HERE
+    try:
+        ready_to_run(study, space, in_child=not args.in_process, url=args.storage)
+    except NoKnobsRunHere as exc:
+        return _nothing_left(who, exc)
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
     except TrialsCannotStart as exc:  # this worker could not run trials; the study goes on without it
@@ -106,32 +92,17 @@ def cmd_worker(args) -> int:
     return ExitCode.OK
 
 
-def _runnable_here(space, who: str, in_child: bool, url: str | None) -> bool:
-    """Before the first trial: the searched knob values this machine cannot run are said, one line
-    each (`hpo.runtime.machine_check`); False (exit `NO_KNOBS_RUN_HERE`) when no combination is left."""
-    from hpo.runtime.machine_check import check_machine
-    from hpo.verify.not_runnable import nothing_left
-
-    check = check_machine(space, in_child=in_child, storage_url=url)
-    if not nothing_left(space.checked_systems, check.parts()):
-        return True
-    print(f"{who}: no knob combination can run on this machine ({check.device}); not runnable here:", file=sys.stderr)
-    print("\n".join(n.line() for n in check.not_runnable), file=sys.stderr)
-    return False
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
-def _probe_first(study, space, who: str) -> bool:
-    """`study.strategy: probe_first`: the opening sweep (run here, or by another worker) decided the
-    knobs; False (exit `NO_KNOBS_RUN_HERE`) when it verified none, after one line per rejected value."""
-    from hpo.app.probe_first import NothingVerified, decide
-
-    try:
-        decide(study, space)
-    except NothingVerified as exc:
-        print(f"{who}: no knob combination passed the sweep (study.strategy: probe_first); rejected:", file=sys.stderr)
-        print(str(exc), file=sys.stderr)
-        return False
-    return True
+def _nothing_left(who: str, exc: NoKnobsRunHere) -> int:
+    """No knob combination is left to run: none can run on this machine (`NothingRunsHere`), or
+    probe_first's opening sweep verified none (`NothingVerified`); its headline, then one line per
+    value that cannot run."""
+    print(f"{who}: {exc.headline}", file=sys.stderr)
+    print(str(exc), file=sys.stderr)
+    return exc.exit_code
 
 
 def cmd_probe(args) -> int:
@@ -139,11 +110,12 @@ def cmd_probe(args) -> int:
 
     from tqdm import tqdm
 
-    from hpo.app.sweep import combinations, sweep, table
     from hpo.config.space import load_space
+    from hpo.strategy import combinations, sweep, table
     from hpo.verdicts import Verdict
     from hpo.verify.cache import MemoryVerdicts, StudyVerdicts
     from hpo.verify.machine_facts import MachineFacts
+    from hpo.workloads.catalog import fetch_checkpoints
 
     space = load_space(args.space)
     fetch_checkpoints(space)

@@ -66,7 +66,7 @@ class StudySpec(_Strict):
     # joint: the sampler searches the hyperparameters and the knobs together. probe_first: the study
     # starts with `hpo probe`'s sweep; the knobs that do not change the arithmetic are fixed to the
     # fastest verified combination, and the sampler searches the hyperparameters plus the precision
-    # among the `keep_fastest` fastest verified combinations of each precision (hpo.study.strategy).
+    # among the `keep_fastest` fastest verified combinations of each precision (hpo.strategy).
     strategy: Literal["joint", "probe_first"] = "joint"
     keep_fastest: int = Field(default=1, ge=1)
 

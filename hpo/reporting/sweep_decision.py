@@ -1,6 +1,8 @@
 """The `probe_first` decision as the study stores it (under `KEPT_ATTR`) and as its dashboard note
-shows it. `hpo.app.probe_first` writes it; the trials' suggestion (`hpo.study.suggest`) and the study
-note (`hpo.reporting.notes`) read it, so the key lives here, below both."""
+shows it. `hpo.strategy` writes it; the trials' suggestion (`hpo.study.suggest`), the study note
+(`hpo.reporting.notes`) and the worker that shows the note after its first trial
+(`hpo.runtime.workers`) read it. All three sit below `hpo.strategy`, so the record's key and its
+reader live here, below them, and only its writer lives in `hpo.strategy`."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ the forkserver and its warm-up, placement on devices, the ticket budget and hear
 from hpo.exports import lazy_exports
 
 __all__ = [
+    "NothingRunsHere",
     "Stopped",
     "TrialsCannotStart",
     "check_machine",
@@ -18,6 +19,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "NothingRunsHere": "machine_check",
         "Stopped": "interrupts",
         "TrialsCannotStart": "runners",
         "check_machine": "machine_check",

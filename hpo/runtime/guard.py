@@ -37,10 +37,11 @@ class GuardedObjective:
     its own: `crashed: ...` if the process dies. An exception from the objective is an error, not
     a knob verdict: its full traceback goes to stderr and a truncated copy into `error_traceback`,
     a retry with the same parameters is queued (study.max_retries, as for a crash: a transient
-    error passes on retry) and the trial ends FAIL, which samplers ignore."""
+    error passes on retry) and the trial ends FAIL, which samplers ignore. With `retry=False` (a
+    study the user drives with `optimize`, which has no hpo ticket budget) no retry is queued."""
 
-    def __init__(self, objective: Callable[[optuna.Trial], float | list[float]], worker: str):
-        self.objective, self.worker = objective, worker
+    def __init__(self, objective: Callable[[optuna.Trial], float | list[float]], worker: str, retry: bool = True):
+        self.objective, self.worker, self.retry = objective, worker, retry
         self.sticky: BaseException | None = None  # a device error that left this process's device unusable
 
     def __call__(self, trial: optuna.Trial):
@@ -63,7 +64,8 @@ class GuardedObjective:
             _log.warning(
                 f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_secrets(''.join(traceback.format_exception(exc)))}"
             )
-            _queue_retry(trial)
+            if self.retry:
+                _queue_retry(trial)
             raise
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import optuna
 
 from hpo.config.space import SearchSpace
+from hpo.errors import NoKnobsRunHere
 from hpo.logging import get_logger
 from hpo.reporting.machines import machine_attr
 from hpo.reporting.notes import DashboardNotes
@@ -39,11 +40,12 @@ _log = get_logger(__name__)
 _CHECKED: dict[tuple[str, str], MachineCheck] = {}  # (systems, device) -> the check, per process
 
 
-class NothingRunsHere(Exception):
+class NothingRunsHere(NoKnobsRunHere):
     """Every knob combination of the space holds a value (or pair) this machine cannot run."""
 
     def __init__(self, check: MachineCheck):
         self.lines = [n.line() for n in check.not_runnable]
+        self.headline = f"no knob combination can run on this machine ({check.device}); not runnable here:"
         super().__init__("\n".join(self.lines))
 
 

@@ -1,6 +1,6 @@
 """The Optuna glue: create or resume a study, its samplers and the avoidance wrapper, the objective
-and the one place that calls `trial.suggest_*`, enqueued and warm-started trials, the probe_first
-strategy."""
+and the one place that calls `trial.suggest_*` (a probe_first trial's kept knobs included), enqueued
+and warm-started trials."""
 
 from hpo.exports import lazy_exports
 

@@ -10,10 +10,9 @@ from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, LoaderSettings, TrialConfig
 from hpo.records import RecordKey
 from hpo.reporting.sweep_decision import KEPT_ATTR
-from hpo.study.strategy import suggest_kept
 
 # Set on each trial of a `probe_first` study: its knobs came from the sweep, at this rank within
-# their precision (hpo.study.strategy).
+# their precision (hpo.strategy's ranking).
 
 
 def suggest_config(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
@@ -53,3 +52,15 @@ def _suggest_knob(trial: optuna.Trial, name: str, choices: list):
     if len(choices) == 1:
         return choices[0]
     return trial.suggest_categorical(name, choices)
+
+
+def suggest_kept(trial, kept: list[dict]) -> dict:
+    """The kept combination this trial trains with: the precision among those kept, then, when
+    several are kept for it, which one (a param per precision: its choices never change)."""
+    precisions = sorted({k["knobs"]["precision"] for k in kept})
+    precision = precisions[0] if len(precisions) == 1 else trial.suggest_categorical("precision", precisions)
+    mine = [k for k in kept if k["knobs"]["precision"] == precision]
+    if len(mine) == 1:
+        return mine[0]
+    rank = trial.suggest_categorical(f"kept_rank_{precision}", [k["rank"] for k in mine])
+    return next(k for k in mine if k["rank"] == rank)

@@ -26,6 +26,7 @@ __all__ = [
     "SELF_CONTAINED_WORKLOADS",
     "checkpoint_option",
     "create_workload",
+    "fetch_checkpoints",
     "metrics_of",
     "options_class",
     "parse_options",
@@ -122,3 +123,15 @@ def create_workload(name: str, raw_options: dict[str, Any]) -> Workload:
     if not isinstance(workload, Workload):
         raise UserInputError(f"workload.name: {name!r} built a {type(workload).__name__}, not an hpo Workload")
     return workload
+
+
+def fetch_checkpoints(space) -> None:
+    """Each Hugging Face hub id the space's workload names and the cache lacks, downloaded here, once,
+    before the first trial: the trial processes (and the forkserver's warm-up) then only read the cache."""
+    key = checkpoint_option(space.spec.workload.name)
+    if key is None:
+        return
+    from hpo.workloads.options.hf_models import fetch
+
+    for value in dict.fromkeys(space.option_values(key)):
+        fetch(value)

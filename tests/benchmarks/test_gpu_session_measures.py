@@ -10,7 +10,7 @@ import time
 import optuna
 
 from benchmarks.gpu_session_plan import LOCK, sweep_share
-from hpo.study.strategy import LOCK_ATTR
+from hpo.strategy import LOCK_ATTR
 
 
 def test_the_lock_name_the_runner_reads_is_hpos():

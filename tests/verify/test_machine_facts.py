@@ -10,10 +10,9 @@ import multiprocessing
 
 import pytest
 
-from hpo.app import probe_first
-from hpo.app import sweep as sweep_module
-from hpo.app.sweep import SweepRow, sweep
 from hpo.config.space import parse_space
+from hpo.strategy import SweepRow, make_decision, sweep
+from hpo.strategy import _combination as sweep_module
 from hpo.verify import cache
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.machine_facts import MachineFacts
@@ -129,7 +128,7 @@ def _timer(now: dict, seen: list):
 
 def test_a_stored_race_is_confirmed_by_one_timing_of_its_front_runner():
     seen = []
-    decided = probe_first.make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer({"forloop": 10.1}, seen))
+    decided = make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer({"forloop": 10.1}, seen))
     assert seen == ["forloop"]  # one timing of the kept one (keep=1); the others stand on their stored times
     assert set(decided["confirmed"]["fp32"]) == {"fp32/eager/forloop/False/False"}
     assert [(d["knobs"]["attention"], d["round"]) for d in decided["dropped"]] == [("sdpa", 2)]
@@ -143,7 +142,7 @@ def test_a_slower_confirming_step_is_no_evidence_against_the_stored_race(now):
     """Noise only adds time: a confirming step slower than stored (a busier machine, or one step's
     outlier) joins the stored repeats; the steady stored ones still decide, nothing is timed again."""
     seen = []
-    decided = probe_first.make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer({"forloop": now}, seen))
+    decided = make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer({"forloop": now}, seen))
     assert set(decided["confirmed"]["fp32"]) == {"fp32/eager/forloop/False/False"} and seen == ["forloop"]
     assert decided["kept"][0]["knobs"] == _knobs("eager")
 
@@ -151,7 +150,7 @@ def test_a_slower_confirming_step_is_no_evidence_against_the_stored_race(now):
 def test_a_confirming_step_faster_than_this_machine_ever_was_races_anew_without_the_stored_times():
     seen = []
     now = {"forloop": 5.0, "fused": 5.1, "sdpa": 5.0}
-    decided = probe_first.make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer(now, seen))
+    decided = make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer(now, seen))
     assert decided["confirmed"] == {} and "sdpa" in seen  # sdpa, out on the stored times, races again
     assert decided["discarded"] == {"fp32": {"fp32/eager/forloop/False/False": {"confirming_ms": 5.0, "stored_fastest_ms": 10.0}}}
     assert all(max(line["times_ms"]) <= 5.1 for line in decided["ranking"])  # nothing stored is raced on

@@ -66,9 +66,9 @@ def test_a_joint_study_note_waits_for_the_workers_end(claim_loop):
 
 
 def test_the_sweep_stores_its_decision_and_writes_no_note(monkeypatch):
-    from hpo.app import probe_first
     from hpo.config.space import parse_space
     from hpo.storage.optuna_compat import storage_of, study_id_of
+    from hpo.strategy import _probe_first as probe_first
 
     monkeypatch.setattr(probe_first, "sweep", lambda *args, **kwargs: [])
     monkeypatch.setattr(probe_first, "make_decision", lambda *args, **kwargs: {"kept": [{"knobs": {}}], "rejected": []})

@@ -14,10 +14,9 @@ import torch
 from hf_fixtures import topic_files
 from hub_cache import MINILM_ID, package_model, write_hub_cache
 
-from hpo.app.command_io import fetch_checkpoints
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.workloads.catalog import parse_options
+from hpo.workloads.catalog import fetch_checkpoints, parse_options
 from hpo.workloads.hf_common import load_pretrained, load_tokenizer
 
 

@@ -13,10 +13,9 @@ import torch
 from conftest import judged_despite_noise, toy_config
 from first_call_kernels import FIRST_CALL_S, as_sdpa_math, planned
 
-from hpo.app.probe_first import make_decision
-from hpo.app.sweep import sweep
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
+from hpo.strategy import make_decision, sweep
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.probe import run_probe
 from hpo.verify.steady import DEFAULT_POLICY, ONE_STEP

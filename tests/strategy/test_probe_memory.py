@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from hpo.app import sweep_memory
 from hpo.app.output import knob_row_json
-from hpo.app.sweep import sweep, table
 from hpo.config.params import AutoBatch
 from hpo.config.space import parse_space
 from hpo.hardware.memory_model import GB, PeakModel
+from hpo.strategy import _memory_fit as sweep_memory
+from hpo.strategy import sweep, table
 from hpo.trial.memory_budget import AUTO_HEADROOM, auto_batch_fitting, memory_key
 from hpo.verify.cache import MemoryVerdicts
 
@@ -113,7 +113,7 @@ def test_probe_firsts_sweep_leaves_the_fit_to_the_trials_that_train(monkeypatch,
     # sweep of probe_first, whose share of the study is what issue 38 shrinks, does not pay them.
     import optuna
 
-    from hpo.app import probe_first
+    from hpo.strategy import _probe_first as probe_first
 
     _refuse_to_fit(monkeypatch)
     store = MemoryVerdicts()

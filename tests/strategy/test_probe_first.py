@@ -17,7 +17,7 @@ from hpo.config.space import parse_space
 from hpo.errors import ExitCode
 from hpo.reporting.sweep_decision import KEPT_ATTR
 from hpo.storage.optuna_compat import storage_of, study_id_of
-from hpo.study.strategy import LOCK_ATTR
+from hpo.strategy import LOCK_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {
@@ -104,7 +104,7 @@ def test_the_race_warms_each_model_up_on_its_first_timing_only(monkeypatch):
     """probe_first's race keeps one model per candidate for all its rounds: only its first timing
     runs an untimed step; later ones only time (each untimed step of a MiniLM on one core cost 1.1 s).
     Equal times: both race until steady (`min_repeats` timings), neither is dropped."""
-    from hpo.app import probe_first
+    from hpo.strategy import _race
     from hpo.verify.steady import StepTimes
 
     warmups: dict[str, list[int]] = {}
@@ -113,26 +113,28 @@ def test_the_race_warms_each_model_up_on_its_first_timing_only(monkeypatch):
         warmups.setdefault(assembled.knobs.optimizer, []).append(policy.warmup_steps)
         return StepTimes((1.0,) * policy.min_repeats, policy.warmup_steps, policy.window)
 
-    monkeypatch.setattr(probe_first, "time_model", recording)
+    monkeypatch.setattr(_race, "time_model", recording)
     space = parse_space(SPACE, source="test")
     fixed = {"precision": "fp32", "attention": "eager", "grad_checkpointing": False, "compile": False}
     candidates = [{**fixed, "optimizer": o} for o in ("forloop", "fused")]
-    times = probe_first.raced_times(space, {"fp32": candidates}, keep=1).times  # equal times: both race to the end
-    rounds = probe_first.POLICY.min_repeats
+    times = _race.raced_times(space, {"fp32": candidates}, keep=1).times  # equal times: both race to the end
+    rounds = _race.POLICY.min_repeats
     assert all(len(t) == rounds for t in times.values())
     assert warmups == {o: [1] + [0] * (rounds - 1) for o in ("forloop", "fused")}, warmups
 
 
 def test_the_race_steps_the_sweeps_own_models_without_building_or_warming_them(monkeypatch, tmp_path):
-    """The sweep's timed models are handed to the race (`hpo.app.sweep_models`): no model is built
+    """The sweep's timed models are handed to the race (`hpo.strategy._warm_models`): no model is built
     again and none runs an untimed step (on a MiniLM that cut the race from 19.5 s to 8.9 s). Once
     nothing fits beside them, the race builds and warms up its own, as before."""
-    from hpo.app import probe_first, sweep_models
+    from hpo.strategy import _probe_first as probe_first
+    from hpo.strategy import _race
+    from hpo.strategy import _warm_models as sweep_models
 
     built, policies = [], []
-    real_build, real_time = probe_first.AssembledModel, probe_first.time_model
-    monkeypatch.setattr(probe_first, "AssembledModel", lambda *a, **k: built.append(a[1]) or real_build(*a, **k))
-    monkeypatch.setattr(probe_first, "time_model", lambda m, b, p: policies.append(p.warmup_steps) or real_time(m, b, p))
+    real_build, real_time = _race.AssembledModel, _race.time_model
+    monkeypatch.setattr(_race, "AssembledModel", lambda *a, **k: built.append(a[1]) or real_build(*a, **k))
+    monkeypatch.setattr(_race, "time_model", lambda m, b, p: policies.append(p.warmup_steps) or real_time(m, b, p))
     monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path / "facts"))
     space = parse_space({**SPACE, "workload": {k: v for k, v in SPACE["workload"].items() if k != "overflow"}}, source="t")
     study = optuna.create_study(study_name="warm", storage=f"sqlite:///{tmp_path / 'warm.db'}")

@@ -1,4 +1,4 @@
-"""The sweep's timed models, handed on to probe_first's race (`hpo.app.probe_first.raced_times`), so
+"""The sweep's timed models, handed on to probe_first's race (`hpo.strategy._race.raced_times`), so
 the race neither builds nor warms up again a model the sweep has just stepped at the study's batch.
 
 On the MiniLM text classifier (12 combinations, 2-core EPYC) the race spent 19.5 s of a 42.6 s sweep

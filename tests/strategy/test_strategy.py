@@ -9,12 +9,13 @@ import os
 import optuna
 import pytest
 
-from hpo.app import probe_first
-from hpo.app.sweep import SweepRow
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
 from hpo.reporting.sweep_decision import decision_note
-from hpo.study.strategy import Timing, rank_precision, rejected_lines, suggest_kept
+from hpo.strategy import SweepRow, Timing, make_decision, rank_precision, rejected_lines
+from hpo.strategy import _probe_first as probe_first
+from hpo.strategy._race import POLICY
+from hpo.study.suggest import suggest_kept
 
 SPACE = {
     "study": {"name": "pf", "strategy": "probe_first", "keep_fastest": 2},
@@ -85,7 +86,7 @@ def test_decision_keeps_k_per_precision_from_interleaved_repeats(monkeypatch):
         return speed.get((k.precision, k.attention, k.optimizer), 10.0)
 
     space = parse_space(SPACE, source="t")
-    decided = probe_first.make_decision(space, _rows(), keep=2, measure=measure)
+    decided = make_decision(space, _rows(), keep=2, measure=measure)
     kept = [(k["knobs"]["precision"], k["knobs"]["attention"], k["knobs"]["optimizer"], k["rank"]) for k in decided["kept"]]
     assert kept == [
         ("bf16", "sdpa", "forloop", 1),
@@ -100,7 +101,7 @@ def test_decision_keeps_k_per_precision_from_interleaved_repeats(monkeypatch):
     # 2nd fastest) are out at their second timing, not at their first (one timing shows no noise); the
     # kept ones, bf16's two included (keep=2: both kept), are timed until steady.
     counts = {(p, a, o): sum(s[1:] == (p, a, o) for s in seen) for p, a, o in {tuple(s[1:]) for s in seen}}
-    steady = probe_first.POLICY.min_repeats
+    steady = POLICY.min_repeats
     assert counts == {
         ("fp32", "eager", "forloop"): 2,
         ("fp32", "sdpa", "forloop"): 2,
@@ -163,7 +164,7 @@ def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
 
 
 def test_a_failed_sweep_stops_the_waiting_workers_and_the_next_run_sweeps_again(tmp_path, monkeypatch):
-    from hpo.study.strategy import FAILED_ATTR
+    from hpo.strategy import FAILED_ATTR
 
     study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[True])
     with pytest.raises(RuntimeError, match="device lost"):
@@ -179,7 +180,7 @@ def test_a_worker_waiting_on_a_dead_sweeper_of_its_host_sweeps_itself(tmp_path, 
     import socket
     import subprocess
 
-    from hpo.study.strategy import LOCK_ATTR
+    from hpo.strategy import LOCK_ATTR
 
     study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[])
     dead = subprocess.Popen(["true"])
@@ -194,7 +195,7 @@ def test_a_worker_that_finds_the_sweep_under_way_waits_for_its_result_and_never_
     import threading
 
     from hpo.reporting.sweep_decision import KEPT_ATTR
-    from hpo.study.strategy import LOCK_ATTR
+    from hpo.strategy import LOCK_ATTR
 
     study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[])
     study.set_user_attr(f"{LOCK_ATTR}:0", {"host": socket.gethostname(), "pid": os.getpid(), "at": 0})  # alive

@@ -5,11 +5,10 @@ timer, never measured."""
 
 from __future__ import annotations
 
-from hpo.app import probe_first
-from hpo.app.sweep import SweepRow
 from hpo.config.space import parse_space
 from hpo.reporting.sweep_decision import decision_note
-from hpo.study.strategy import TIE_MARGIN, outpaced
+from hpo.strategy import TIE_MARGIN, SweepRow, make_decision, outpaced
+from hpo.strategy._race import POLICY
 
 SPACE = {
     "study": {"name": "race", "strategy": "probe_first"},
@@ -42,7 +41,7 @@ def _decide(step_ms: dict, keep: int = 1, swept=None):
         return step_ms[(config.knobs.attention, config.knobs.optimizer)]
 
     rows = _rows(*step_ms, swept=swept)
-    decided = probe_first.make_decision(parse_space(SPACE, source="t"), rows, keep=keep, measure=measure)
+    decided = make_decision(parse_space(SPACE, source="t"), rows, keep=keep, measure=measure)
     return decided, seen
 
 
@@ -60,7 +59,7 @@ def test_the_race_starts_from_the_sweeps_timing_and_drops_a_clear_loser_at_its_s
     assert decided["tie_margin"] == TIE_MARGIN
     assert "sdpa forloop: after 2" in decision_note(decided)  # the study note says it too
     # The close ones race until steady: the sweep's timing and the race's make min_repeats.
-    assert _count(seen, "eager") == _count(seen, "eager", "fused") == probe_first.POLICY.min_repeats - 1
+    assert _count(seen, "eager") == _count(seen, "eager", "fused") == POLICY.min_repeats - 1
     assert decided["timings"] == len(seen) == 5
     assert decided["kept"][0]["knobs"] == _knobs()  # a tie within the margin: the simpler wins
 
@@ -78,14 +77,14 @@ def test_close_combinations_are_kept_and_timed_until_steady():
     step_ms = {("eager", "forloop"): 10.0, ("eager", "fused"): 10.4, ("sdpa", "fused"): 10.8}
     decided, seen = _decide(step_ms)
     assert decided["dropped"] == []
-    assert len(seen) == 3 * probe_first.POLICY.min_repeats
-    assert all(len(line["times_ms"]) == probe_first.POLICY.min_repeats for line in decided["ranking"])  # the raw repeats, kept
+    assert len(seen) == 3 * POLICY.min_repeats
+    assert all(len(line["times_ms"]) == POLICY.min_repeats for line in decided["ranking"])  # the raw repeats, kept
 
 
 def test_a_lone_combination_is_timed_until_steady_too():
     """The kept combinations are timed under the steady rules, even one alone in its precision."""
     decided, seen = _decide({("sdpa", "fused"): 10.0}, swept={("sdpa", "fused"): 10.5})
-    assert len(seen) == probe_first.POLICY.min_repeats - 1
+    assert len(seen) == POLICY.min_repeats - 1
     assert decided["ranking"][0]["times_ms"] == [10.5, 10.0, 10.0]
     # A sweep step 20% slower leaves the fastest three apart by more than the steady spread: once more.
     decided, seen = _decide({("sdpa", "fused"): 10.0}, swept={("sdpa", "fused"): 12.0})
@@ -99,8 +98,8 @@ def test_a_noisy_candidate_is_timed_at_most_max_repeats_times():
         return next(noisy)
 
     rows = _rows(("eager", "forloop"))
-    decided = probe_first.make_decision(parse_space(SPACE, source="t"), rows, keep=1, measure=measure)
-    assert len(decided["ranking"][0]["times_ms"]) == probe_first.POLICY.max_repeats  # never steady: capped
+    decided = make_decision(parse_space(SPACE, source="t"), rows, keep=1, measure=measure)
+    assert len(decided["ranking"][0]["times_ms"]) == POLICY.max_repeats  # never steady: capped
 
 
 def test_repeats_that_agree_narrow_the_bound_until_a_close_loser_drops():

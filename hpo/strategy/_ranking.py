@@ -1,17 +1,11 @@
-"""`study.strategy: probe_first`: decide the knobs that only change speed from measurements, and
-spend the trials on what must be learned.
-
-The study starts with `hpo probe`'s sweep (`hpo.app.probe_first` runs it, once per study). From its
-verified rows, per precision, the combinations are ranked by step time measured again with repeats
-interleaved across them (`Timing`): a single timing varied by up to 25% between combinations that
-run the same kernels (FINDINGS). Combinations within the measurement noise of each other are a tie,
-and a tie goes to the combination closest to the reference (fp32/eager/for-loop, no checkpointing,
-no compile). The `keep_fastest` first of each precision are kept; the sampler then searches the
-hyperparameters, the precision among those kept, and (when more than one is kept for a precision)
-which of them (`suggest_kept`).
-
-The result is stored in the study (`hpo.reporting.sweep_decision.KEPT_ATTR`, where its note is
-written too), so every worker and every trial process reads the same decision; `LOCK_ATTR`, written insert-if-absent, makes one worker the one that sweeps.
+"""How `study.strategy: probe_first` ranks one precision's verified knob combinations: by step time
+measured again with repeats interleaved across them (`Timing`), since a single timing varied by up to
+25% between combinations that run the same kernels (FINDINGS). Combinations within the measurement
+noise of each other are a tie, and a tie goes to the combination closest to the reference
+(fp32/eager/for-loop, no checkpointing, no compile). The race (`hpo.strategy._race`) drops a
+candidate once it provably cannot be among the `keep_fastest` (`outpaced`); the `keep_fastest` first
+of each precision are kept (`kept_of`), and the sampler then searches the hyperparameters and, among
+the kept, the precision and which of them (`hpo.study.suggest.suggest_kept`).
 """
 
 from __future__ import annotations
@@ -23,8 +17,6 @@ from hpo.verify.reference_knobs import REFERENCE_KNOBS
 from hpo.verify.steady import DEFAULT_POLICY, StepTimes
 
 __all__ = [
-    "FAILED_ATTR",
-    "LOCK_ATTR",
     "NOISE_FLOOR",
     "REFERENCE",
     "Ranked",
@@ -34,11 +26,8 @@ __all__ = [
     "outpaced",
     "rank_precision",
     "rejected_lines",
-    "suggest_kept",
 ]
 
-LOCK_ATTR = "hpo:probe_first:sweeper"  # + ":<attempt>": {"host", "pid", "at"}, who runs the sweep
-FAILED_ATTR = "hpo:probe_first:failed:"  # + "<attempt>": {"error"}, why that attempt's sweep failed
 # Two timings closer than this (relative) are a tie even if their repeats agree more closely.
 NOISE_FLOOR = 0.05
 # The study's tie margin: how far behind a combination must provably be to lose, not tie.
@@ -146,15 +135,3 @@ def rejected_lines(rows: list[dict], systems: dict[str, list]) -> list[str]:
             if with_it and not any(r["verdict"] == "ok" for r in with_it):
                 lines.append(f"{knob}={value}: {with_it[0]['verdict']}")
     return lines
-
-
-def suggest_kept(trial, kept: list[dict]) -> dict:
-    """The kept combination this trial trains with: the precision among those kept, then, when
-    several are kept for it, which one (a param per precision: its choices never change)."""
-    precisions = sorted({k["knobs"]["precision"] for k in kept})
-    precision = precisions[0] if len(precisions) == 1 else trial.suggest_categorical("precision", precisions)
-    mine = [k for k in kept if k["knobs"]["precision"] == precision]
-    if len(mine) == 1:
-        return mine[0]
-    rank = trial.suggest_categorical(f"kept_rank_{precision}", [k["rank"] for k in mine])
-    return next(k for k in mine if k["rank"] == rank)
