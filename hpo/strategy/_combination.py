@@ -53,7 +53,18 @@ def probe_combination(
         return SweepRow(config.knobs.as_dict(), str(implied), None, None, None, None, None, cached=True)
     if not cached:
         try:
-            probe = run_probe(workload, config, device, store, references=references, policy=policy, keep_timed=warm is not None)
+            # `hpo probe --fresh` proves an emulated precision again too (`hpo.verify.emulated`).
+            machine = signed.machine if signed is not None else None
+            probe = run_probe(
+                workload,
+                config,
+                device,
+                store,
+                references=references,
+                policy=policy,
+                keep_timed=warm is not None,
+                machine=machine,
+            )
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise

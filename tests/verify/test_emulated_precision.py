@@ -96,3 +96,26 @@ def test_a_study_that_judges_no_speed_probes_an_emulated_precision_as_usual(monk
     workload = create_workload(config.workload, config.workload_options)
     result = run_probe(workload, config, CPU, MemoryVerdicts(), timed=False, machine=MachineFacts(tmp_path))
     assert result.verdict.ok and result.loss_rel_err is not None and measured == []
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_hpo_probe_fresh_proves_an_emulated_precision_again(monkeypatch, tmp_path, fresh):
+    """`hpo probe` reads the stored fact; `hpo probe --fresh` (its machine facts fresh) measures again."""
+    from hpo.config.space import parse_space
+    from hpo.strategy import sweep
+
+    measured = _emulated_here(monkeypatch, 14.0)
+    monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path / "elsewhere"))  # not the facts the sweep is handed
+    emulated.emulated_slow("fp16", CPU, MachineFacts(tmp_path))  # an earlier study's fact
+    space = parse_space(
+        {
+            "study": {"name": "fresh", "n_trials": 1},
+            "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2},
+            "params": {"lr": 1.0e-3, "batch_size": 8},
+            "systems": {"precision": "fp16", "attention": "eager", "optimizer": "forloop"},
+        },
+        source="test",
+    )
+    (row,) = sweep(space, MemoryVerdicts(), machine=MachineFacts(tmp_path, fresh=fresh), memory=False)
+    assert row.verdict.startswith("slow: emulated on this CPU (fp16 matmul 14x fp32"), row.verdict
+    assert measured == (["fp16", "fp16"] if fresh else ["fp16"]), measured
