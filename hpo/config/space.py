@@ -34,6 +34,7 @@ class SearchSpace:
     params: dict[str, ParamSpec]
     systems: dict[str, list]
     loader: dict[str, list] = field(default_factory=dict)  # the input-pipeline settings' values
+    parallel: dict[str, list] = field(default_factory=dict)  # `systems.parallel`'s values; empty: one process
 
     @property
     def checked_systems(self) -> dict[str, list]:
@@ -44,6 +45,9 @@ class SearchSpace:
         """The loader settings a file sets to other values than the defaults (a study's fingerprint
         holds only these, so a study begun before they existed resumes)."""
         return {k: v for k, v in self.loader.items() if v != [LoaderSettings().as_dict()[k]]}
+
+    def _parallel_keys(self) -> dict[str, list]:
+        return {f"parallel.{k}": v for k, v in self.parallel.items()}
 
     @property
     def study(self):
@@ -58,7 +62,7 @@ class SearchSpace:
         return {
             "workload": self.spec.workload.model_dump(),
             "params": {k: repr(v) for k, v in sorted(self.params.items())},
-            "systems": {**self.systems, **self.loader_changed()},
+            "systems": {**self.systems, **self.loader_changed(), **self._parallel_keys()},
             "compile_backend": self.spec.systems.compile_backend,
             "objectives": self.study.objectives,
             "directions": self.study.directions,
@@ -85,7 +89,13 @@ def parse_space(raw: dict, source: str) -> SearchSpace:
     except UserInputError as exc:
         raise UserInputError(f"{source}: {exc}") from None
     return SearchSpace(
-        source=source, raw=raw, spec=spec, params=params, systems=spec.systems.choices(), loader=spec.systems.loader_choices()
+        source=source,
+        raw=raw,
+        spec=spec,
+        params=params,
+        systems=spec.systems.choices(),
+        loader=spec.systems.loader_choices(),
+        parallel=spec.systems.parallel.choices() if spec.systems.parallel is not None else {},
     )
 
 

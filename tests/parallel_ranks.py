@@ -1,0 +1,53 @@
+"""A tiny 2-rank trial, and faults injected into one of its ranks through the launcher's per-step
+hook: module level, so the spawned ranks import them by name (`hpo.parallel.run_ranks(after_step=...)`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from hpo.config.resolve import fixed_config
+from hpo.config.space import parse_space
+from hpo.config.trial import TrialConfig
+
+
+def two_rank_config(strategy: str = "ddp", precision: str = "fp32", max_steps: int = 4, **parallel) -> TrialConfig:
+    """A 2-layer causal LM small enough that its ranks' start (importing torch) is most of the time."""
+    raw = {
+        "workload": {
+            "name": "causal_lm",
+            "max_steps": max_steps,
+            "d_model": 16,
+            "n_layers": 2,
+            "n_heads": 2,
+            "seq_len": 16,
+            "corpus_bytes": 20000,
+        },
+        "params": {"batch_size": 8, "lr": 1e-3},
+        "systems": {
+            "precision": precision,
+            "attention": "eager",
+            "optimizer": "forloop",
+            "compile": False,
+            "device": "cpu",
+            "parallel": {"processes": 2, "strategy": strategy, "collective_timeout_s": 60, **parallel},
+        },
+    }
+    return fixed_config(parse_space(raw, "two_rank_config"))
+
+
+# The rank and the step after which each fault strikes: its peer is then inside the next step.
+FAULTY_RANK, FAULTY_STEP = 1, 1
+
+
+def kill_rank_mid_run(rank: int, step: int) -> None:
+    if (rank, step) == (FAULTY_RANK, FAULTY_STEP):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang_rank(rank: int, step: int) -> None:
+    """The rank stops answering (as one stuck in a kernel or a deadlock): its peer's next gradient
+    all-reduce waits for it until the group's collective timeout."""
+    if (rank, step) == (FAULTY_RANK, FAULTY_STEP):
+        time.sleep(3600)
