@@ -15,6 +15,7 @@ from hpo import CONFIG_FORMAT, __version__
 from hpo.config import legacy
 from hpo.config.lr_scaling import attach_lr_scaling
 from hpo.config.objectives import SYSTEM_METRICS, metric_direction, study_directions
+from hpo.config.parallel_checks import check_parallel
 from hpo.config.params import ParamSpec, candidates, check_training_param, parse_auto_batch, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
@@ -86,6 +87,7 @@ def parse_space(raw: dict, source: str) -> SearchSpace:
         params = {name: _parse_param(name, value, where) for name, value in spec.params.items()}
         params = attach_lr_scaling(params, where("params"))
         _check_workload(spec, params, where)
+        check_parallel(spec, params, where)
     except UserInputError as exc:
         raise UserInputError(f"{source}: {exc}") from None
     return SearchSpace(

@@ -4,8 +4,11 @@ launcher's TCPStore with a timeout, so every collective is bounded in time."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import os
+import signal
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -13,11 +16,12 @@ import torch.distributed as dist
 
 from hpo.config.trial import ParallelSettings
 
-__all__ = ["GROUP_PREFIX", "backend_for", "connect_store", "joined_group", "quiet_threads", "rank_device"]
+__all__ = ["GROUP_PREFIX", "backend_for", "connect_store", "die_with_parent", "joined_group", "quiet_threads", "rank_device"]
 
 # The group's own keys in the launcher's store live under this prefix; the launcher's messages
 # (progress, results, errors) under their own names beside it.
 GROUP_PREFIX = "group"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def rank_device(device: str, rank: int) -> torch.device:
@@ -55,6 +59,17 @@ def joined_group(store: dist.Store, rank: int, world: int, settings: ParallelSet
         yield
     finally:
         dist.destroy_process_group()
+
+
+def die_with_parent() -> None:
+    """Linux ends this rank with SIGKILL when its launcher dies, however it dies (a trial's
+    deadline SIGKILLs the launcher's process): no rank trains on as an orphan."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the launcher died before the prctl took effect
+        os._exit(1)
 
 
 def quiet_threads() -> None:

@@ -24,7 +24,7 @@ from hpo.config.space import parse_space
 from hpo.config.trial import TrialConfig
 from hpo.parallel.agreement import agree_on_config
 from hpo.parallel.faults import RankExits, classify, describe_error
-from hpo.parallel.group import connect_store, joined_group, quiet_threads, rank_device
+from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
 from hpo.verdicts import Kind, Verdict
 
@@ -95,8 +95,11 @@ def run_ranks(
             join=False,
             start_method="spawn",
         )
-        seen = _watch(context.processes, deadline_s, settings.collective_timeout_s)
-        seen.stopped = _stop(context.processes)
+        try:
+            seen = _watch(context.processes, deadline_s, settings.collective_timeout_s)
+        finally:  # also on Ctrl-C or an error here: no rank outlives its launcher
+            stopped = _stop(context.processes)
+        seen.stopped = stopped
         seen = _read_store(store, seen)
         if seen.exits or seen.errors or seen.deadline_s is not None:
             return RanksOutcome(classify(seen), last_steps=seen.progress)
@@ -108,6 +111,7 @@ def run_ranks(
 
 def _rank_main(rank: int, world: int, port: int, payloads: list[dict], timeout_s: float, after_step: AfterStep | None) -> None:
     """A rank's whole life; what ends it is written to the store before it exits nonzero."""
+    die_with_parent()
     quiet_threads()
     store = connect_store(HOST, port, timeout_s)
 

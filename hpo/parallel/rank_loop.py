@@ -61,7 +61,8 @@ def train_on_rank(config: TrialConfig, rank: int = 0, world: int = 1, after_step
             after_step(rank, step)
     elapsed = time.perf_counter() - started if started is not None else None
     result = _result(assembled, settings, world, _global_losses(losses, world), elapsed, recorder)
-    return {**result, "batch_per_rank_seen": rows_seen}
+    # Every rank evaluates (FSDP2 gathers its parameters for it); their metrics are the same.
+    return {**result, "batch_per_rank_seen": rows_seen, "metrics": assembled.evaluate(), "n_params": assembled.n_params}
 
 
 def _assembled(config: TrialConfig, settings: ParallelSettings, device: torch.device, world: int) -> AssembledModel:

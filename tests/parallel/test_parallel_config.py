@@ -54,3 +54,51 @@ def test_the_config_hash_sees_a_changed_learning_rate_and_names_it():
     theirs["params"]["lr"] = 2e-3
     assert config_hash(ours) != config_hash(theirs)
     assert differences(theirs, ours) == ["params.lr 0.002 against rank 0's 0.001"]
+
+
+@pytest.mark.parametrize(
+    ("systems", "params", "workload", "message"),
+    [
+        (
+            {"device": "cpu", "parallel": {"processes": 2, "backend": "nccl"}},
+            {},
+            {},
+            "s.yaml: systems.parallel.backend: nccl runs collectives on CUDA devices, got systems.device cpu; "
+            "use backend gloo (or auto)",
+        ),
+        (
+            {"parallel": {"processes": 2}},
+            {"batch_size": [8, 12, 15]},
+            {},
+            "s.yaml: params.batch_size: the global batch must divide over systems.parallel.processes 2, got 15; "
+            "use multiples of 2 (a range: low and step multiples of it, not log)",
+        ),
+        (
+            {"parallel": {"processes": 2}},
+            {"batch_size": {"low": 8, "high": 32}},
+            {},
+            "s.yaml: params.batch_size: the global batch must divide over systems.parallel.processes 2, got 8;",
+        ),
+        (
+            {"parallel": {"processes": 2}},
+            {},
+            {"budget_s": 6},
+            "s.yaml: workload.budget_s: 6.0 is not supported with systems.parallel yet; remove it or run one process",
+        ),
+    ],
+)
+def test_hpo_validate_refuses_what_the_ranks_cannot_run_in_one_line(systems, params, workload, message):
+    raw = {"workload": {"name": "causal_lm", **workload}, "params": params, "systems": systems}
+    with pytest.raises(UserInputError) as caught:
+        parse_space(raw, "s.yaml")
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_more_ranks_than_visible_gpus_is_refused(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    raw = {"workload": {"name": "causal_lm"}, "systems": {"device": "cuda", "parallel": {"processes": 2}}}
+    with pytest.raises(UserInputError, match=r"processes: 2 ranks need as many GPUs, CUDA_VISIBLE_DEVICES shows 1;"):
+        parse_space(raw, "s.yaml")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert parse_space(raw, "s.yaml").parallel["processes"] == [2]
