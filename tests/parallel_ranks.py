@@ -51,3 +51,13 @@ def hang_rank(rank: int, step: int) -> None:
     all-reduce waits for it until the group's collective timeout."""
     if (rank, step) == (FAULTY_RANK, FAULTY_STEP):
         time.sleep(3600)
+
+
+def stall_every_rank(rank: int, step: int) -> None:
+    """Every rank marks that it trains (a file under $HPO_TEST_RANK_MARKS), then stalls deaf to
+    SIGINT and SIGTERM, as a rank stuck in C++ code (a collective, a kernel) runs no Python handler."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(os.path.join(os.environ["HPO_TEST_RANK_MARKS"], f"rank{rank}"), "w") as mark:
+        mark.write(str(os.getpid()))
+    time.sleep(3600)

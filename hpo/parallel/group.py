@@ -61,14 +61,14 @@ def joined_group(store: dist.Store, rank: int, world: int, settings: ParallelSet
         dist.destroy_process_group()
 
 
-def die_with_parent() -> None:
+def die_with_parent(launcher_pid: int) -> None:
     """Linux ends this rank with SIGKILL when its launcher dies, however it dies (a trial's
     deadline SIGKILLs the launcher's process): no rank trains on as an orphan."""
     if sys.platform != "linux":
         return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the launcher died before the prctl took effect
+    if os.getppid() != launcher_pid:  # the launcher died before the prctl took effect
         os._exit(1)
 
 

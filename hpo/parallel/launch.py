@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import multiprocessing.connection
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +91,7 @@ def run_ranks(
     try:
         context = torch.multiprocessing.start_processes(
             _rank_main,
-            args=(world, store.port, payloads, settings.collective_timeout_s, after_step),
+            args=(world, store.port, os.getpid(), payloads, settings.collective_timeout_s, after_step),
             nprocs=world,
             join=False,
             start_method="spawn",
@@ -109,9 +110,11 @@ def run_ranks(
         del store  # the server's socket closes with its last reference: no port stays bound
 
 
-def _rank_main(rank: int, world: int, port: int, payloads: list[dict], timeout_s: float, after_step: AfterStep | None) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, launcher_pid: int, payloads: list[dict], timeout_s: float, after_step: AfterStep | None
+) -> None:
     """A rank's whole life; what ends it is written to the store before it exits nonzero."""
-    die_with_parent()
+    die_with_parent(launcher_pid)
     quiet_threads()
     store = connect_store(HOST, port, timeout_s)
 
