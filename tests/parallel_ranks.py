@@ -1,11 +1,16 @@
-"""A tiny 2-rank trial, and faults injected into one of its ranks through the launcher's per-step
-hook: module level, so the spawned ranks import them by name (`hpo.parallel.run_ranks(after_step=...)`)."""
+"""A tiny 2-rank trial; faults injected into one of its ranks through the launcher's per-step hook
+(module level, so the spawned ranks import them by name: `hpo.parallel.run_ranks(after_step=...)`);
+and `no_rank_left_behind`, the check that a test leaves no rank process alive and no port bound,
+which a test module imports to use."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+
+import psutil
+import pytest
 
 from hpo.config.resolve import fixed_config
 from hpo.config.space import parse_space
@@ -61,3 +66,28 @@ def stall_every_rank(rank: int, step: int) -> None:
     with open(os.path.join(os.environ["HPO_TEST_RANK_MARKS"], f"rank{rank}"), "w") as mark:
         mark.write(str(os.getpid()))
     time.sleep(3600)
+
+
+def _listening_ports(process: psutil.Process) -> set[int]:
+    return {c.laddr.port for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+
+
+def _is_rank(process: psutil.Process) -> bool:
+    """Alive and not multiprocessing's resource tracker, which the first spawn starts once for the
+    whole pytest process and which ends with it."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_rank_left_behind():
+    """After the test: every process it started has ended, and it left no port listening."""
+    me = psutil.Process()
+    children, ports = {p.pid for p in me.children(recursive=True)}, _listening_ports(me)
+    yield
+    left = [p for p in me.children(recursive=True) if p.pid not in children and _is_rank(p)]
+    assert not left, f"rank processes left running: {[(p.pid, p.cmdline()[:3]) for p in left]}"
+    bound = _listening_ports(me) - ports
+    assert not bound, f"ports left listening: {sorted(bound)}"

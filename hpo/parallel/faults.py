@@ -11,7 +11,7 @@ from hpo.errors import TrialRejected
 from hpo.parallel.agreement import ConfigMismatch
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["RankExits", "classify", "describe_error"]
+__all__ = ["AGREED", "RankExits", "classify", "describe_error", "disagreement"]
 
 # gloo and NCCL say so when a collective waited past the group's timeout.
 _TIMEOUT_WORDS = ("timed out", "timeout", "watchdog caught collective operation timeout")
@@ -84,6 +84,19 @@ def _collective_timeout(seen: RankExits, rank: int, error: dict) -> Verdict:
         Kind.TIMEOUT,
         f"rank {rank} waited past the {seen.collective_timeout_s:g} s collective timeout {seen.last_step(rank)}{blamed}: {cause}",
     )
+
+
+# What every rank of one trial must have seen alike; a rank that saw otherwise ran something else.
+AGREED = ("param_dtypes_seen", "reduce_dtypes_seen", "batch_per_rank_seen")
+
+
+def disagreement(results: list[dict]) -> Verdict | None:
+    """A `mismatch` naming the first rank whose observations differ from rank 0's; None when all agree."""
+    for rank, result in enumerate(results[1:], start=1):
+        for key in AGREED:
+            if result[key] != results[0][key]:
+                return Verdict.make(Kind.MISMATCH, f"rank {rank} saw {key} {result[key]}, rank 0 saw {results[0][key]}")
+    return None
 
 
 def _signal_name(number: int) -> str:

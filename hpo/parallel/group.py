@@ -69,7 +69,7 @@ def die_with_parent(launcher_pid: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != launcher_pid:  # the launcher died before the prctl took effect
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def quiet_threads() -> None:

@@ -22,9 +22,9 @@ import torch.multiprocessing
 
 from hpo.config.resolve import fixed_config
 from hpo.config.space import parse_space
-from hpo.config.trial import TrialConfig
+from hpo.config.trial import ParallelSettings, TrialConfig
 from hpo.parallel.agreement import agree_on_config
-from hpo.parallel.faults import RankExits, classify, describe_error
+from hpo.parallel.faults import RankExits, classify, describe_error, disagreement
 from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
 from hpo.verdicts import Kind, Verdict
@@ -70,8 +70,6 @@ def run_ranks(
     config on every rank) is what each rank is handed; `after_step` is called in each rank after
     each step, and must be picklable (a module-level function)."""
     settings = config.parallel
-    world = settings.processes
-    payloads = own_configs or [config.to_dict()] * world
     try:
         store = dist.TCPStore(
             HOST,
@@ -85,29 +83,38 @@ def run_ranks(
         return RanksOutcome(
             Verdict.make(
                 Kind.ERROR,
-                f"systems.parallel.port: cannot listen on {HOST}:{settings.port} ({_reason(exc)}); free it, or leave port unset so the OS picks a free one",
+                f"systems.parallel.port: cannot listen on {HOST}:{settings.port} "
+                f"({_reason(exc)}); free it, or leave port unset so the OS picks a free one",
             )
         )
     try:
-        context = torch.multiprocessing.start_processes(
-            _rank_main,
-            args=(world, store.port, os.getpid(), payloads, settings.collective_timeout_s, after_step),
-            nprocs=world,
-            join=False,
-            start_method="spawn",
-        )
-        try:
-            seen = _watch(context.processes, deadline_s, settings.collective_timeout_s)
-        finally:  # also on Ctrl-C or an error here: no rank outlives its launcher
-            stopped = _stop(context.processes)
-        seen.stopped = stopped
-        seen = _read_store(store, seen)
-        if seen.exits or seen.errors or seen.deadline_s is not None:
-            return RanksOutcome(classify(seen), last_steps=seen.progress)
-        results = [json.loads(store.get(f"result/{r}")) for r in range(world)]
-        return RanksOutcome(Verdict.make(Kind.OK), results, seen.progress)
+        payloads = own_configs or [config.to_dict()] * settings.processes
+        return _run(store, settings, payloads, after_step, deadline_s)
     finally:
         del store  # the server's socket closes with its last reference: no port stays bound
+
+
+def _run(
+    store: dist.TCPStore, settings: ParallelSettings, payloads: list[dict], after_step: AfterStep | None, deadline_s: float | None
+) -> RanksOutcome:
+    """Start the ranks, watch them to their end, stop any left, and read what they wrote."""
+    context = torch.multiprocessing.start_processes(
+        _rank_main,
+        args=(settings.processes, store.port, os.getpid(), payloads, settings.collective_timeout_s, after_step),
+        nprocs=settings.processes,
+        join=False,
+        start_method="spawn",
+    )
+    try:
+        seen = _watch(context.processes, deadline_s, settings.collective_timeout_s)
+    finally:  # also on Ctrl-C or an error here: no rank outlives its launcher
+        stopped = _stop(context.processes)
+    seen.stopped = stopped
+    seen = _read_store(store, seen)
+    if seen.exits or seen.errors or seen.deadline_s is not None:
+        return RanksOutcome(classify(seen), last_steps=seen.progress)
+    results = [json.loads(store.get(f"result/{r}")) for r in range(settings.processes)]
+    return RanksOutcome(disagreement(results) or Verdict.make(Kind.OK), results, seen.progress)
 
 
 def _rank_main(

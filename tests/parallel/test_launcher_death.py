@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from parallel_ranks import no_rank_left_behind  # noqa: F401 (autouse)
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = (

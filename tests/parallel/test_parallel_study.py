@@ -12,6 +12,7 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
+from parallel_ranks import no_rank_left_behind  # noqa: F401 (autouse)
 
 from hpo.records import check_trial_attrs
 

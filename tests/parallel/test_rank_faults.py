@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from parallel_ranks import hang_rank, kill_rank_mid_run, two_rank_config
+from parallel_ranks import hang_rank, kill_rank_mid_run, no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
 from hpo.parallel import run_ranks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from hpo.parallel.agreement import ConfigMismatch
-from hpo.parallel.faults import RankExits, classify, describe_error
+from hpo.parallel.faults import RankExits, classify, describe_error, disagreement
 
 
 def seen(**kwargs) -> RankExits:
@@ -50,3 +50,10 @@ def test_the_trial_deadline_is_a_timeout_with_each_rank_s_progress():
 def test_another_error_of_a_rank_is_recorded_with_its_type():
     verdict = classify(seen(exits={0: 1}, errors={0: describe_error(ValueError("bad shape"))}, progress={0: 0}))
     assert str(verdict) == "error: rank 0 after step 0: ValueError: bad shape"
+
+
+def test_ranks_that_saw_different_dtypes_on_the_wire_end_mismatch_naming_the_rank():
+    agreed = {"param_dtypes_seen": ["bfloat16"], "reduce_dtypes_seen": ["float32"], "batch_per_rank_seen": 4}
+    assert disagreement([agreed, dict(agreed)]) is None
+    verdict = disagreement([agreed, {**agreed, "reduce_dtypes_seen": ["bfloat16"]}])
+    assert str(verdict) == "mismatch: rank 1 saw reduce_dtypes_seen ['bfloat16'], rank 0 saw ['float32']"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from parallel_ranks import two_rank_config
+from parallel_ranks import no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
 from hpo.parallel import run_ranks, train_on_rank
 
