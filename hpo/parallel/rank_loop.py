@@ -5,6 +5,7 @@ process (world 1) it is the reference a parallel trial's losses are compared wit
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable
 
@@ -48,19 +49,19 @@ def train_on_rank(config: TrialConfig, rank: int = 0, world: int = 1, after_step
     global_batch = config.training.batch_size
     per_rank = batch_per_rank(global_batch, world)
     batches = assembled.workload.train_batches(global_batch, config.seed)
-    losses, recorder, started = [], CollectiveRecorder(), None
+    losses, recorder, step_s = [], CollectiveRecorder(), []
     evidence_step = min(1, config.training.max_steps - 1)  # step 0 builds DDP's buckets
     for step in range(config.training.max_steps):
-        if step == 1:
-            started = time.perf_counter()
+        started = time.perf_counter()
         batch = assembled.move(shard(next(batches), rank, per_rank))
         rows_seen = assembled.workload.samples_in(batch)
         with recorder if step == evidence_step else contextlib.nullcontext():
             losses.append(run_step(assembled, batch, step))
+        if step > evidence_step:  # steady: after the step that built buckets and the recorded one
+            step_s.append(time.perf_counter() - started)
         if after_step is not None:
             after_step(rank, step)
-    elapsed = time.perf_counter() - started if started is not None else None
-    result = _result(assembled, settings, world, _global_losses(losses, world), elapsed, recorder)
+    result = _result(assembled, settings, world, _global_losses(losses, world), step_s, recorder)
     # Every rank evaluates (FSDP2 gathers its parameters for it); their metrics are the same.
     return {**result, "batch_per_rank_seen": rows_seen, "metrics": assembled.evaluate(), "n_params": assembled.n_params}
 
@@ -90,17 +91,17 @@ def _result(
     settings: ParallelSettings,
     world: int,
     losses: list[float],
-    elapsed: float | None,
+    step_s: list[float],
     recorder: CollectiveRecorder,
 ) -> dict:
     global_batch = assembled.training.batch_size
-    steady = assembled.training.max_steps - 1
     wire = recorder.summary()
     return {
         "losses": losses,
         "global_batch": global_batch,
         "batch_per_rank": global_batch // world,
-        "samples_per_s": global_batch * steady / elapsed if elapsed else None,
+        # At the median steady step, as a one-process trial records it; None when none was timed.
+        "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
         "peak_memory_mb": assembled.memory.peak_mb,
         "wire": wire,
         **_dtypes_seen(assembled, settings, wire),

@@ -4,6 +4,8 @@ one process, not about the ranks (the probe on every rank is still to come)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from hpo.config.trial import TrialConfig
@@ -47,8 +49,8 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
     attrs |= {
         RecordKey.METRICS: result.metrics,
-        RecordKey.TRAIN_SAMPLES_PER_S: result.train_samples_per_s,
-        RecordKey.STEP_TIME_MS: result.step_time_ms,
+        RecordKey.TRAIN_SAMPLES_PER_S: _known(result.train_samples_per_s),
+        RecordKey.STEP_TIME_MS: _known(result.step_time_ms),
         RecordKey.PEAK_MEM_MB: result.peak_mem_mb,
         RecordKey.N_PARAMS: result.n_params,
         RecordKey.STEPS_RUN: result.steps,
@@ -56,13 +58,19 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
     return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
 
 
+def _known(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
 def _train_result(config: TrialConfig, first: dict, peak_mb: float) -> TrainResult:
-    samples_per_s = first["samples_per_s"]
+    """Rank 0's result as a one-process trial's; with no steady step timed, the speeds are
+    unknown (NaN), and a speed objective takes its worst value."""
+    samples_per_s = first["samples_per_s"] or math.nan
     return TrainResult(
         metrics=first["metrics"],
         knobs_observed={},
-        step_time_ms=1000 * first["global_batch"] / samples_per_s if samples_per_s else float("nan"),
-        train_samples_per_s=samples_per_s or float("nan"),
+        step_time_ms=1000 * first["global_batch"] / samples_per_s,
+        train_samples_per_s=samples_per_s,
         peak_mem_mb=peak_mb,
         n_params=first["n_params"],
         steps=config.training.max_steps,
