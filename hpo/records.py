@@ -105,6 +105,14 @@ class TrialRecord(_Record):
     data_wait_share: float | None = Field(
         None, description="seconds the training steps waited for their next batch over the seconds of training"
     )
+    parallel: dict[str, Any] | None = Field(
+        None,
+        description="a trial run as several ranks (`systems.parallel`): `global_batch`, `batch_per_rank` (and "
+        "`batch_per_rank_seen`, the rows a rank trained on), `samples_per_s` over all ranks, "
+        "`peak_memory_mb_per_rank` and `peak_memory_mb_max`, `wire` (each collective of one steady step: calls, "
+        "elements per call, dtypes), `param_dtypes_seen` and `reduce_dtypes_seen` (on the wire, not as asked), "
+        "`last_steps` (the last step each rank reported)",
+    )
     verdict_implicates: list[list[Any]] | None = Field(
         None,
         description="the knob values a rejection blames, as [knob, value] pairs that fail together (the sampler avoids them)",
@@ -285,6 +293,7 @@ class RecordKey:
     LOADER_REQUESTED = "loader_requested"
     LOADER_OBSERVED = "loader_observed"
     DATA_WAIT_SHARE = "data_wait_share"
+    PARALLEL = "parallel"
     VERDICT_IMPLICATES = "verdict_implicates"
     VERDICT_KEY = "verdict_key"
     TRAINER = "trainer"

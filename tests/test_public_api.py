@@ -22,6 +22,7 @@ PACKAGES = (
     "evidence",
     "hardware",
     "knobs",
+    "parallel",
     "reporting",
     "runtime",
     "storage",

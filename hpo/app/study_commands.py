@@ -15,6 +15,7 @@ def cmd_validate(args) -> int:
 
     space = load_space(args.space)
     searched = [k for k, v in space.systems.items() if len(v) > 1]
+    searched += [f"parallel.{k}" for k, v in space.parallel.items() if len(v) > 1]
     summary = {"file": args.space, "study": space.study.name, "workload": space.spec.workload.name}
     summary |= {"params": list(space.params), "searched_knobs": searched}
     show(

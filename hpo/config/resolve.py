@@ -10,13 +10,14 @@ from typing import Any
 from hpo.config.objectives import metric_direction, study_directions
 from hpo.config.params import AutoBatch, Choices, Fixed, IntRange, ParamSpec, describe
 from hpo.config.space import SearchSpace, load_space
-from hpo.config.trial import TRAINING_KEYS, Knobs, LoaderSettings, Target, TrainingConfig, TrialConfig
+from hpo.config.trial import TRAINING_KEYS, Knobs, LoaderSettings, ParallelSettings, Target, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
 from hpo.workloads.catalog import metrics_of
 
 __all__ = [
     "build_config",
     "first_loader",
+    "first_parallel",
     "fixed_config",
     "load_config",
     "representative_config",
@@ -25,9 +26,15 @@ __all__ = [
 ]
 
 
-def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs, loader: LoaderSettings | None = None) -> TrialConfig:
-    """The config of one trial: `values` holds a value for every param of the space; `loader`
-    (None: each setting's first value in the space) the input pipeline."""
+def build_config(
+    space: SearchSpace,
+    values: dict[str, Any],
+    knobs: Knobs,
+    loader: LoaderSettings | None = None,
+    parallel: ParallelSettings | None = None,
+) -> TrialConfig:
+    """The config of one trial: `values` holds a value for every param of the space; `loader` and
+    `parallel` (None: each setting's first value in the space) the input pipeline and the ranks."""
     spec = space.spec
     auto = values.get("batch_size") if isinstance(values.get("batch_size"), AutoBatch) else None
     if auto is not None:
@@ -56,6 +63,7 @@ def build_config(space: SearchSpace, values: dict[str, Any], knobs: Knobs, loade
         slow_ratio=spec.study.slow_ratio,
         memory_limit_gb=spec.study.memory_limit_gb,
         batch_auto=auto,
+        parallel=parallel if parallel is not None else first_parallel(space),
     )
 
 
@@ -74,12 +82,20 @@ def searched_keys(space: SearchSpace) -> dict[str, Any]:
     """Key path -> what the file searches there, for every param and knob that is not fixed."""
     params = {f"params.{k}": spec for k, spec in space.params.items() if not isinstance(spec, (Fixed, AutoBatch))}
     knobs = {f"systems.{k}": choices for k, choices in {**space.systems, **space.loader}.items() if len(choices) > 1}
-    return {**params, **knobs}
+    ranks = {f"systems.parallel.{k}": choices for k, choices in space.parallel.items() if len(choices) > 1}
+    return {**params, **knobs, **ranks}
 
 
 def first_loader(space: SearchSpace) -> LoaderSettings:
     """Each loader setting's first value in the space."""
     return LoaderSettings(**{k: v[0] for k, v in space.loader.items()})
+
+
+def first_parallel(space: SearchSpace) -> ParallelSettings | None:
+    """Each `systems.parallel` key's first value in the space; None when the space runs one process."""
+    if not space.parallel:
+        return None
+    return ParallelSettings(**{k: v[0] for k, v in space.parallel.items()})
 
 
 def _middle(spec: ParamSpec):

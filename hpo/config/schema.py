@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpo.config.trial import ParallelSettings
 from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
 from hpo.knobs.values import (
     KNOB_NAMES,
@@ -115,7 +116,39 @@ def _as_list(value: Any) -> list:
     return value if isinstance(value, list) else [value]
 
 
-class SystemsSpec(_Strict):
+class _Searched(_Strict):
+    """A section whose keys are a scalar (fixed) or a non-empty list (searched)."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _non_empty(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("a searched knob needs at least one value")
+        return value
+
+
+_PARALLEL = ParallelSettings()
+
+
+class ParallelSpec(_Searched):
+    """`systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group
+    (`hpo.parallel`). strategy and its knobs are a scalar (fixed) or a list (searched)."""
+
+    processes: int = Field(default=_PARALLEL.processes, ge=1, le=1024)
+    strategy: list[Literal["ddp", "fsdp"]] | Literal["ddp", "fsdp"] = _PARALLEL.strategy
+    backend: Literal["auto", "gloo", "nccl"] = _PARALLEL.backend
+    bucket_cap_mb: list[Annotated[float, Field(gt=0)]] | Annotated[float, Field(gt=0)] = _PARALLEL.bucket_cap_mb
+    gradient_as_bucket_view: list[bool] | bool = _PARALLEL.gradient_as_bucket_view
+    reshard_after_forward: list[bool] | bool = _PARALLEL.reshard_after_forward
+    collective_timeout_s: float = Field(default=_PARALLEL.collective_timeout_s, gt=0)
+    port: int | None = Field(default=_PARALLEL.port, ge=1, le=65535)
+
+    def choices(self) -> dict[str, list]:
+        """Every key as its list of values (one when fixed)."""
+        return {name: _as_list(getattr(self, name)) for name in ParallelSpec.model_fields}
+
+
+class SystemsSpec(_Searched):
     """Each knob is a scalar (fixed) or a list (searched)."""
 
     precision: list[Precision] | Precision = KNOB_DEFAULTS["precision"]
@@ -138,19 +171,14 @@ class SystemsSpec(_Strict):
         "prefetch_factor"
     ].default
     persistent_workers: list[bool] | bool = LOADER_KNOBS["persistent_workers"].default
+    # Several processes per trial (DDP or FSDP2); absent: one process.
+    parallel: ParallelSpec | None = None
 
     @field_validator("precision", mode="before")
     @classmethod
     def _alias(cls, value: Any) -> Any:
         fix = lambda v: PRECISION_ALIASES.get(v, v) if isinstance(v, str) else v
         return [fix(v) for v in value] if isinstance(value, list) else fix(value)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _non_empty(cls, value: Any) -> Any:
-        if isinstance(value, list) and not value:
-            raise ValueError("a searched knob needs at least one value")
-        return value
 
     def choices(self) -> dict[str, list]:
         return {name: _as_list(getattr(self, name)) for name in KNOB_NAMES}

@@ -15,6 +15,7 @@ from hpo import CONFIG_FORMAT, __version__
 from hpo.config import legacy
 from hpo.config.lr_scaling import attach_lr_scaling
 from hpo.config.objectives import SYSTEM_METRICS, metric_direction, study_directions
+from hpo.config.parallel_checks import check_parallel
 from hpo.config.params import ParamSpec, candidates, check_training_param, parse_auto_batch, parse_param
 from hpo.config.reading import first_error, read_yaml
 from hpo.config.schema import SpaceFile
@@ -34,6 +35,7 @@ class SearchSpace:
     params: dict[str, ParamSpec]
     systems: dict[str, list]
     loader: dict[str, list] = field(default_factory=dict)  # the input-pipeline settings' values
+    parallel: dict[str, list] = field(default_factory=dict)  # `systems.parallel`'s values; empty: one process
 
     @property
     def checked_systems(self) -> dict[str, list]:
@@ -44,6 +46,9 @@ class SearchSpace:
         """The loader settings a file sets to other values than the defaults (a study's fingerprint
         holds only these, so a study begun before they existed resumes)."""
         return {k: v for k, v in self.loader.items() if v != [LoaderSettings().as_dict()[k]]}
+
+    def _parallel_keys(self) -> dict[str, list]:
+        return {f"parallel.{k}": v for k, v in self.parallel.items()}
 
     @property
     def study(self):
@@ -65,7 +70,7 @@ class SearchSpace:
         return {
             "workload": self.spec.workload.model_dump(),
             "params": {k: repr(v) for k, v in sorted(self.params.items())},
-            "systems": {**self.systems, **self.loader_changed()},
+            "systems": {**self.systems, **self.loader_changed(), **self._parallel_keys()},
             "compile_backend": self.spec.systems.compile_backend,
             "objectives": self.study.objectives,
             "directions": self.study.directions,
@@ -89,10 +94,17 @@ def parse_space(raw: dict, source: str) -> SearchSpace:
         params = {name: _parse_param(name, value, where) for name, value in spec.params.items()}
         params = attach_lr_scaling(params, where("params"))
         _check_workload(spec, params, where)
+        check_parallel(spec, params, where)
     except UserInputError as exc:
         raise UserInputError(f"{source}: {exc}") from None
     return SearchSpace(
-        source=source, raw=raw, spec=spec, params=params, systems=spec.systems.choices(), loader=spec.systems.loader_choices()
+        source=source,
+        raw=raw,
+        spec=spec,
+        params=params,
+        systems=spec.systems.choices(),
+        loader=spec.systems.loader_choices(),
+        parallel=spec.systems.parallel.choices() if spec.systems.parallel is not None else {},
     )
 
 

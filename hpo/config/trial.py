@@ -12,7 +12,15 @@ from hpo.config import lr_scaling
 from hpo.config.params import TRAINING_RULES, AutoBatch
 from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
 
-__all__ = ["TRAINING_KEYS", "Knobs", "LoaderSettings", "Target", "TrainingConfig", "TrialConfig"]
+__all__ = [
+    "TRAINING_KEYS",
+    "Knobs",
+    "LoaderSettings",
+    "ParallelSettings",
+    "Target",
+    "TrainingConfig",
+    "TrialConfig",
+]
 
 # Hyperparameters a search space may set for the trainer; every other param is a workload option.
 TRAINING_KEYS = tuple(TRAINING_RULES)
@@ -53,6 +61,27 @@ class LoaderSettings:
         """The settings that differ from the defaults: what an export writes, so an old one reads the same."""
         default = LoaderSettings().as_dict()
         return {k: v for k, v in self.as_dict().items() if v != default[k]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSettings:
+    """A trial run as `processes` ranks of one torch.distributed group (`systems.parallel`,
+    `hpo.parallel`). `strategy` and the three knobs below it are searched like the other knobs;
+    each knob applies to one strategy (the other's is recorded but has no effect)."""
+
+    processes: int = 1
+    strategy: str = "ddp"  # "ddp": DistributedDataParallel; "fsdp": FSDP2's fully_shard
+    backend: str = "auto"  # "auto": NCCL on CUDA, gloo on a CPU
+    bucket_cap_mb: float = 25.0  # DDP: the size of a gradient all-reduce bucket (torch's default)
+    gradient_as_bucket_view: bool = False  # DDP: gradients are views into the all-reduce buckets
+    reshard_after_forward: bool = True  # FSDP2: free the gathered parameters after forward
+    # Seconds any one collective may wait for its peers before the group raises: a rank that hangs
+    # ends the trial `timeout: ...` instead of holding the others forever.
+    collective_timeout_s: float = 300.0
+    port: int | None = None  # the rendezvous store's port; None: one the OS picks free
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -119,6 +148,8 @@ class TrialConfig:
     # `batch_size: auto`: the executor picks the batch and trains a copy with it and this unset;
     # until then `training.batch_size` is `multiple_of`, the batch the probe runs at.
     batch_auto: AutoBatch | None = None
+    # Several processes per trial (`systems.parallel`); None: the trial is one process.
+    parallel: ParallelSettings | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A search-space file with every value fixed: `hpo validate`, `run` and `train` read it."""
@@ -129,6 +160,8 @@ class TrialConfig:
         if self.device != _DEFAULT_DEVICE:
             systems["device"] = self.device
         systems.update(self.loader.changed())
+        if self.parallel is not None:
+            systems["parallel"] = self.parallel.as_dict()
         study = {"objectives": list(self.objectives), "directions": list(self.directions), "seed": self.seed}
         return {
             "format": CONFIG_FORMAT,

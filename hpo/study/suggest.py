@@ -7,7 +7,7 @@ import optuna
 from hpo.config.params import AutoBatch, Choices, Fixed, FloatRange, IntRange, ParamSpec
 from hpo.config.resolve import build_config
 from hpo.config.space import SearchSpace
-from hpo.config.trial import Knobs, LoaderSettings, TrialConfig
+from hpo.config.trial import Knobs, LoaderSettings, ParallelSettings, TrialConfig
 from hpo.records import RecordKey
 from hpo.reporting.sweep_decision import KEPT_ATTR
 
@@ -18,10 +18,17 @@ from hpo.reporting.sweep_decision import KEPT_ATTR
 def suggest_config(trial: optuna.Trial, space: SearchSpace) -> TrialConfig:
     values = {name: _suggest(trial, name, spec) for name, spec in space.params.items()}
     loader = LoaderSettings(**{name: _suggest_knob(trial, name, choices) for name, choices in space.loader.items()})
+    parallel = _suggest_parallel(trial, space)
     if space.study.strategy == "probe_first":
-        return build_config(space, values, _kept_knobs(trial), loader)
+        return build_config(space, values, _kept_knobs(trial), loader, parallel)
     knobs = Knobs(**{name: _suggest_knob(trial, name, choices) for name, choices in space.systems.items()})
-    return build_config(space, values, knobs, loader)
+    return build_config(space, values, knobs, loader, parallel)
+
+
+def _suggest_parallel(trial: optuna.Trial, space: SearchSpace) -> ParallelSettings | None:
+    if not space.parallel:
+        return None
+    return ParallelSettings(**{k: _suggest_knob(trial, f"parallel.{k}", v) for k, v in space.parallel.items()})
 
 
 def _kept_knobs(trial: optuna.Trial) -> Knobs:

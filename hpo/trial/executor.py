@@ -25,6 +25,7 @@ from hpo.records import RecordKey
 from hpo.trial.memory_budget import budget_memory, oom_part
 from hpo.trial.outcome import TrialOutcome, ended, known_verdict
 from hpo.trial.phases import Phases
+from hpo.trial.ranks import execute_ranks
 from hpo.trial.run import TrialRun
 from hpo.trial.slowdown import prove_too_slow, record_speed, slow_limit
 from hpo.trial.speed_record import objective_values, speed_attrs
@@ -52,6 +53,8 @@ def execute(
     `phases` collects where the time went; the caller records it (`phases_s`) with its own phases.
     `references` keeps the probe's reference step for the worker's later probes of the same model."""
     run = TrialRun(config, verdicts, on_eval, phases if phases is not None else Phases(), references)
+    if config.parallel is not None:
+        return execute_ranks(config, run.attrs)
     cached = known_verdict(verdicts, run.key, config.training.batch_size)
     if cached is not None:
         # Nothing ran here: what the cached verdict's own trial observed is not this trial's.

@@ -1,12 +1,15 @@
 """The knob registry is the one source: every allowed value has a spec, every spec is an allowed
 value, and every name a spec gives (builder, package, probe, evidence) resolves to something real."""
 
+import dataclasses
+
 import pydantic
 import pytest
 import torch
 
 from hpo import deps
-from hpo.config.schema import SystemsSpec
+from hpo.config.schema import ParallelSpec, SystemsSpec
+from hpo.config.trial import ParallelSettings
 from hpo.evidence.observe import StepEvidence, observed_knobs
 from hpo.hardware import probes
 from hpo.knobs.attention import SDPA_KERNELS
@@ -21,8 +24,10 @@ ALL_SPECS = [spec for table in (*KNOBS.values(), LOADER_SPECS) if table for spec
 
 def test_registry_keys_are_the_schema_values():
     # Every knob and loader setting in the registry is a key of the schema's `systems` section; the
-    # other keys there choose how and where to run (compile backend, device) and are not searched.
-    assert set(SystemsSpec.model_fields) == {*KNOB_NAMES, *LOADER_KNOBS, "compile_backend", "device"}
+    # other keys there choose how and where to run (compile backend, device) and are not searched;
+    # `parallel` holds the ranks' keys, one per field of the trial's ParallelSettings.
+    assert set(SystemsSpec.model_fields) == {*KNOB_NAMES, *LOADER_KNOBS, "compile_backend", "device", "parallel"}
+    assert set(ParallelSpec.model_fields) == {f.name for f in dataclasses.fields(ParallelSettings)}
     assert set(LOADER_SPECS) == set(LOADERS)
     assert set(ATTENTION_SPECS) == set(ATTENTIONS)
     assert all(callable(load(spec.builder)) for spec in ATTENTION_SPECS.values())

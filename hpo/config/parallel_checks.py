@@ -1,0 +1,78 @@
+"""`systems.parallel` requests that cannot be met, refused when the file is read (`hpo validate`,
+`run`, `train`), each in one line that names the key, the value and the fix. Torch-free: the visible
+GPUs are counted from CUDA_VISIBLE_DEVICES when it is set; the launch counts them again with torch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from hpo.config.params import AutoBatch, Choices, Fixed, IntRange, ParamSpec
+from hpo.config.schema import ParallelSpec, SpaceFile
+from hpo.errors import UserInputError
+
+__all__ = ["check_parallel", "visible_cuda_devices"]
+
+
+def visible_cuda_devices() -> int | None:
+    """The number of GPUs CUDA_VISIBLE_DEVICES leaves visible; None when it is not set."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return len([d for d in value.split(",") if d.strip() and not d.strip().startswith("-")])
+
+
+def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:
+    parallel = spec.systems.parallel
+    if parallel is None:
+        return
+    _check_devices(parallel, spec.systems.device, where)
+    _check_not_yet(spec, params, where)
+    if "batch_size" in params:
+        _check_batch(parallel.processes, params["batch_size"], where("params.batch_size"))
+
+
+def _check_devices(parallel: ParallelSpec, device: str, where: Callable[[str], str]) -> None:
+    if parallel.backend == "nccl" and device == "cpu":
+        raise UserInputError(
+            f"{where('systems.parallel.backend')}: nccl runs collectives on CUDA devices, got systems.device cpu; "
+            "use backend gloo (or auto)"
+        )
+    visible = visible_cuda_devices()
+    if device.startswith("cuda") and visible is not None and parallel.processes > visible:
+        raise UserInputError(
+            f"{where('systems.parallel.processes')}: {parallel.processes} ranks need as many GPUs, "
+            f"CUDA_VISIBLE_DEVICES shows {visible}; lower processes or make more GPUs visible"
+        )
+
+
+def _check_not_yet(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:
+    """What hpo's parallel trials do not do yet: refused, never run as something else."""
+    workload = spec.workload
+    unsupported = {
+        "workload.budget_s": workload.budget_s,
+        "workload.target": workload.target,
+        "params.batch_size": "auto" if isinstance(params.get("batch_size"), AutoBatch) else None,
+    }
+    for key, value in unsupported.items():
+        if value is not None:
+            raise UserInputError(
+                f"{where(key)}: {value!r} is not supported with systems.parallel yet; remove it or run one process"
+            )
+
+
+def _check_batch(processes: int, batch: ParamSpec, path: str) -> None:
+    """The batch is the global batch: every value must split evenly over the ranks."""
+    if isinstance(batch, Fixed | Choices):
+        values = [batch.value] if isinstance(batch, Fixed) else list(batch.choices)
+        uneven = [v for v in values if v % processes]
+    elif isinstance(batch, IntRange):
+        step = batch.step or 1
+        uneven = [] if batch.low % processes == 0 and step % processes == 0 and not batch.log else [batch.low]
+    else:
+        return
+    if uneven:
+        raise UserInputError(
+            f"{path}: the global batch must divide over systems.parallel.processes {processes}, "
+            f"got {uneven[0]}; use multiples of {processes} (a range: low and step multiples of it, not log)"
+        )

@@ -1,0 +1,187 @@
+"""Start a trial's N ranks with torch's own machinery and watch them to the end.
+
+The launcher holds the rendezvous: a `torch.distributed.TCPStore` server, on a port the OS picks
+unless the config names one. `torch.multiprocessing.start_processes` spawns the ranks; each joins
+the group through the store (`hpo.parallel.group`), agrees on rank 0's config, trains, and writes
+its result (or its error) and its progress into the store. Only the launcher reads them, so rank 0's
+side writes the trial's record. When one rank fails, or the deadline passes, the others are
+stopped (SIGTERM, then SIGKILL) and every process is joined before this returns."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing.connection
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing
+
+from hpo.config.resolve import fixed_config
+from hpo.config.space import parse_space
+from hpo.config.trial import ParallelSettings, TrialConfig
+from hpo.parallel.agreement import agree_on_config
+from hpo.parallel.faults import RankExits, classify, describe_error, disagreement
+from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
+from hpo.parallel.rank_loop import AfterStep, train_on_rank
+from hpo.verdicts import Kind, Verdict
+
+__all__ = ["RanksOutcome", "run_ranks"]
+
+HOST = "127.0.0.1"
+_STOP_GRACE_S = 5.0  # a rank stopped with SIGTERM gets this long before SIGKILL
+
+
+@dataclass
+class RanksOutcome:
+    verdict: Verdict
+    ranks: list[dict] = field(default_factory=list)  # each rank's result, by rank (empty unless all ended ok)
+    last_steps: dict[int, int] = field(default_factory=dict)  # the last step each rank reported
+
+    def record(self) -> dict[str, Any]:
+        """What the trial records about its ranks: rank 0's view plus every rank's peak memory."""
+        if not self.ranks:
+            return {}
+        first = self.ranks[0]
+        peaks = [r["peak_memory_mb"] for r in self.ranks]
+        keys = (
+            "global_batch",
+            "batch_per_rank",
+            "batch_per_rank_seen",
+            "samples_per_s",
+            "wire",
+            "param_dtypes_seen",
+            "reduce_dtypes_seen",
+        )
+        return {**{k: first[k] for k in keys}, "peak_memory_mb_per_rank": peaks, "peak_memory_mb_max": max(peaks)}
+
+
+def run_ranks(
+    config: TrialConfig,
+    *,
+    own_configs: list[dict] | None = None,
+    after_step: AfterStep | None = None,
+    deadline_s: float | None = None,
+) -> RanksOutcome:
+    """Run `config` as `config.parallel.processes` ranks. `own_configs` (by rank; default: the
+    config on every rank) is what each rank is handed; `after_step` is called in each rank after
+    each step, and must be picklable (a module-level function)."""
+    settings = config.parallel
+    try:
+        store = dist.TCPStore(
+            HOST,
+            settings.port or 0,
+            None,
+            True,
+            timeout=datetime.timedelta(seconds=settings.collective_timeout_s),
+            wait_for_workers=False,
+        )
+    except dist.DistNetworkError as exc:
+        return RanksOutcome(
+            Verdict.make(
+                Kind.ERROR,
+                f"systems.parallel.port: cannot listen on {HOST}:{settings.port} "
+                f"({_reason(exc)}); free it, or leave port unset so the OS picks a free one",
+            )
+        )
+    try:
+        payloads = own_configs or [config.to_dict()] * settings.processes
+        return _run(store, settings, payloads, after_step, deadline_s)
+    finally:
+        del store  # the server's socket closes with its last reference: no port stays bound
+
+
+def _run(
+    store: dist.TCPStore, settings: ParallelSettings, payloads: list[dict], after_step: AfterStep | None, deadline_s: float | None
+) -> RanksOutcome:
+    """Start the ranks, watch them to their end, stop any left, and read what they wrote."""
+    context = torch.multiprocessing.start_processes(
+        _rank_main,
+        args=(settings.processes, store.port, os.getpid(), payloads, settings.collective_timeout_s, after_step),
+        nprocs=settings.processes,
+        join=False,
+        start_method="spawn",
+    )
+    try:
+        seen = _watch(context.processes, deadline_s, settings.collective_timeout_s)
+    finally:  # also on Ctrl-C or an error here: no rank outlives its launcher
+        stopped = _stop(context.processes)
+    seen.stopped = stopped
+    seen = _read_store(store, seen)
+    if seen.exits or seen.errors or seen.deadline_s is not None:
+        return RanksOutcome(classify(seen), last_steps=seen.progress)
+    results = [json.loads(store.get(f"result/{r}")) for r in range(settings.processes)]
+    return RanksOutcome(disagreement(results) or Verdict.make(Kind.OK), results, seen.progress)
+
+
+def _rank_main(
+    rank: int, world: int, port: int, launcher_pid: int, payloads: list[dict], timeout_s: float, after_step: AfterStep | None
+) -> None:
+    """A rank's whole life; what ends it is written to the store before it exits nonzero."""
+    die_with_parent(launcher_pid)
+    quiet_threads()
+    store = connect_store(HOST, port, timeout_s)
+
+    def reported(r: int, step: int) -> None:
+        store.set(f"progress/{r}", str(step))
+        if after_step is not None:
+            after_step(r, step)
+
+    try:
+        own = payloads[rank]
+        settings = fixed_config(parse_space(own, f"rank {rank}'s config")).parallel
+        with joined_group(store, rank, world, settings, rank_device(own["systems"].get("device", "auto"), rank)):
+            config = fixed_config(parse_space(agree_on_config(own, rank, world), "rank 0's config"))
+            result = train_on_rank(config, rank, world, reported)
+        store.set(f"result/{rank}", json.dumps(result))
+    except BaseException as exc:
+        store.set(f"error/{rank}", json.dumps(describe_error(exc)))
+        raise
+
+
+def _watch(processes: list, deadline_s: float | None, collective_timeout_s: float) -> RankExits:
+    """Wait until every rank ended well, one failed, or the deadline passed; the exit codes are
+    those of the ranks that had ended by then, before any was stopped here."""
+    sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
+    end = None if deadline_s is None else time.monotonic() + deadline_s
+    while True:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        multiprocessing.connection.wait(list(sentinels), timeout=left)
+        exits = {rank: p.exitcode for rank, p in enumerate(processes) if p.exitcode is not None}
+        failed = {rank: code for rank, code in exits.items() if code != 0}
+        if failed or len(exits) == len(processes):
+            return RankExits(len(processes), collective_timeout_s, exits=failed)
+        if end is not None and time.monotonic() >= end:
+            return RankExits(len(processes), collective_timeout_s, deadline_s=deadline_s)
+
+
+def _stop(processes: list) -> list[int]:
+    """Every rank's process ended and joined: SIGTERM, a grace period, then SIGKILL. Returns the
+    ranks that were still running."""
+    running = [rank for rank, process in enumerate(processes) if process.is_alive()]
+    for rank in running:
+        processes[rank].terminate()
+    end = time.monotonic() + _STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, end - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+    return running
+
+
+def _read_store(store: dist.TCPStore, seen: RankExits) -> RankExits:
+    for rank in range(seen.world):
+        if store.check([f"error/{rank}"]):
+            seen.errors[rank] = json.loads(store.get(f"error/{rank}"))
+        if store.check([f"progress/{rank}"]):
+            seen.progress[rank] = int(store.get(f"progress/{rank}"))
+    return seen
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    return "address already in use" if "EADDRINUSE" in text else " ".join(text.split())[:200]
