@@ -96,6 +96,7 @@ def probe_combination(
         machine_key=machine_key,
         from_machine=known is not None,
         known_ms=(known or {}).get("raced_ms"),
+        fact_at=(known or {}).get("at"),
         steps_ms=(speed or {}).get("trial_steps_ms") if ok else None,
         predicted_peak_mb=fit.predicted_peak_mb if fit else None,
         largest_batch=fit.largest_batch if fit else None,

@@ -3,11 +3,13 @@ what was measured; and the table people read."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from hpo.knobs.registry import KNOB_NAMES
+from hpo.verify.steady import DEFAULT_POLICY, StepTimes, TimingPolicy
 
-__all__ = ["SweepRow", "table"]
+__all__ = ["SweepRow", "steady", "table"]
 
 
 @dataclass
@@ -28,6 +30,7 @@ class SweepRow:
     machine_key: str | None = None
     from_machine: bool = False
     known_ms: list[float] | None = None
+    fact_at: float | None = None  # when the machine fact it was read from was stored (epoch seconds)
     # The timed steps its speed is the fastest of (after the untimed ones; `hpo.verify.steady`).
     steps_ms: list[float] | None = None
     # With a memory limit (`hpo.strategy._memory_fit`): the peak predicted at the study's batch, and
@@ -36,8 +39,29 @@ class SweepRow:
     largest_batch: int | None = None
 
 
+def steady(row: SweepRow, policy: TimingPolicy = DEFAULT_POLICY) -> bool:
+    """Whether the row's speed comes from steady steps (at least `min_repeats` whose fastest agree
+    within the policy's spread), not one step: one step's time is only an upper bound of the step
+    time (noise only adds time), so its samples/s only a lower bound."""
+    steps = row.steps_ms or []
+    return len(steps) >= policy.min_repeats and StepTimes(tuple(steps), 0, policy.window).spread <= policy.steady_spread
+
+
+def _speed(row: SweepRow) -> str:
+    return _fmt(row.samples_per_s, "{:.1f}" if steady(row) else ">={:.1f}")
+
+
+def _source(row: SweepRow) -> str:
+    if not row.from_machine:
+        return ""
+    day = "undated" if row.fact_at is None else time.strftime("%Y-%m-%d", time.gmtime(row.fact_at))
+    return f"machine fact of {day}: "
+
+
 def table(rows: list[SweepRow]) -> str:
-    """The rows for people; the memory columns only when a limit applied to some row."""
+    """The rows for people; the memory columns only when a limit applied to some row. A speed not
+    timed steady reads `>=` (a lower bound); a row read from this machine's facts says so, with
+    the day the fact was stored."""
     memory = any(r.largest_batch is not None for r in rows)
     head = [
         "precision",
@@ -57,12 +81,17 @@ def table(rows: list[SweepRow]) -> str:
     body = [
         [str(r.knobs[k]) for k in KNOB_NAMES]
         + [
-            _fmt(r.samples_per_s, "{:.1f}"),
+            _speed(r),
             _fmt(r.slowdown, ">={:.2f}" if r.slowdown_at_least else "{:.2f}"),
             _fmt(r.peak_mem_mb, "{:.0f}"),
         ]
         + ([_fmt(r.predicted_peak_mb, "{:.0f}"), _fmt(r.largest_batch, "{}")] if memory else [])
-        + [_fmt(r.loss_rel_err, "{:.1e}"), _fmt(r.grad_rel_err, "{:.1e}"), _fmt(r.grad_bound, "{:.1e}"), r.verdict[:70]]
+        + [
+            _fmt(r.loss_rel_err, "{:.1e}"),
+            _fmt(r.grad_rel_err, "{:.1e}"),
+            _fmt(r.grad_bound, "{:.1e}"),
+            (_source(r) + r.verdict)[:90],
+        ]
         for r in rows
     ]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]

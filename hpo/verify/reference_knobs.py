@@ -7,7 +7,6 @@ else as the "reference", and a trial compared with it would pass with an error o
 from __future__ import annotations
 
 from hpo.config.trial import Knobs
-from hpo.evidence.observe import mismatches
 
 __all__ = ["REFERENCE_KNOBS", "differing_from_reference", "ran_other_than_reference"]
 
@@ -23,6 +22,9 @@ def differing_from_reference(knobs: Knobs) -> list[tuple[str, object]]:
 def ran_other_than_reference(observed: dict) -> str | None:
     """Why a step observed as `observed` is not the reference's (the knobs it ran otherwise, and
     what that says of the workload), or None when nothing contradicts the reference knobs."""
+    # Here, not at the top: this module is read before the forkserver starts, and evidence imports torch.
+    from hpo.evidence.observe import mismatches
+
     found = mismatches(REFERENCE_KNOBS, observed)
     if not found:
         return None
