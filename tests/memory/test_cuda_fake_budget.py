@@ -152,7 +152,7 @@ def test_the_allocator_is_capped_at_the_limit_while_training(gpu):
 
 
 def test_a_batch_predicted_over_the_limit_is_rejected_before_a_training_step(gpu):
-    # Fitted at 1, 2, 4, 8 and 16 samples: 2 GB + 64 MB a sample predicts 6 GB at 64; 4 GB fits 32.
+    # Grown from 1 to 16 samples, fitted at 8 and 16: 2 GB + 64 MB a sample predicts 6 GB at 64; 4 GB fits 32.
     run = _run_on_fake_cuda(_config(limit_gb=4.0), gpu)
     outcome = budget_memory(run)
     assert outcome is not None and outcome.verdict.kind == Kind.OOM
@@ -175,15 +175,17 @@ def test_the_fit_grows_from_one_sample_only_while_it_predicts_the_next_size_fits
     run = _run_on_fake_cuda(_config(limit_gb=2.5), gpu)
     outcome = budget_memory(run)
     assert str(outcome.verdict) == "oom: predicted 6 GB > limit 2.5 GB at batch 64 (fits up to 8)"
-    assert gpu.batches == [1, 1, 2, 4]  # the unmeasured first step, then each size measured
+    # The unmeasured first step, each size measured, then the two largest again (the fit's points).
+    assert gpu.batches == [1, 1, 2, 4, 2, 4]
     assert _over(2.5, gpu.batches) == []
-    assert outcome.attrs[RecordKey.MEMORY_MODEL]["batches"] == [1, 2, 4]
+    assert outcome.attrs[RecordKey.MEMORY_MODEL]["batches"] == [2, 4]
 
 
 def test_the_fit_stops_at_a_quarter_of_the_batch_when_everything_fits(gpu):
     run = _run_on_fake_cuda(_config(limit_gb=40.0), gpu)
     assert budget_memory(run) is None
-    assert run.attrs[RecordKey.MEMORY_MODEL]["batches"] == [1, 2, 4, 8, 16]  # 32 is past 64 / 4
+    assert gpu.batches == [1, 1, 2, 4, 8, 16, 8, 16]  # 32 is past 64 / 4
+    assert run.attrs[RecordKey.MEMORY_MODEL]["batches"] == [8, 16]
     assert run.attrs[RecordKey.PREDICTED_PEAK_MB] == pytest.approx(2 * 1024 + 64 * 64)
 
 
@@ -197,8 +199,8 @@ def test_a_cached_fit_grows_when_a_later_trial_needs_a_larger_batch(gpu):
     large = _run_on_fake_cuda(_config(limit_gb=40.0, batch=128), gpu)
     large.verdicts = store
     assert budget_memory(large) is None
-    assert gpu.batches == [1, 4, 8, 16, 32]  # grown from the cached 1 and 2, after one unmeasured step
-    assert large.attrs[RecordKey.MEMORY_MODEL]["batches"] == [1, 2, 4, 8, 16, 32]
+    assert gpu.batches == [1, 4, 8, 16, 32, 16, 32]  # grown from the cached 1 and 2, after one unmeasured step
+    assert large.attrs[RecordKey.MEMORY_MODEL]["batches"] == [16, 32]
 
 
 def test_an_out_of_memory_while_training_is_recorded_as_oom_naming_knobs_and_batch(gpu, monkeypatch):
