@@ -87,10 +87,10 @@ def fit_peaks(points: Sequence[tuple[int, int]]) -> PeakModel:
     batches = {b for b, _ in points}
     if len(batches) < 2:
         raise ValueError(f"fit_peaks needs peaks at two batch sizes or more, got batches {sorted(batches)}")
-    n = len(points)
-    mean_b = sum(b for b, _ in points) / n
-    mean_p = sum(p for _, p in points) / n
-    slope = sum((b - mean_b) * (p - mean_p) for b, p in points) / sum((b - mean_b) ** 2 for b, _ in points)
+    # In integers until the one division: peaks that lie on a line give its slope exactly.
+    n, sum_b, sum_p = len(points), sum(b for b, _ in points), sum(p for _, p in points)
+    covariance = n * sum(b * p for b, p in points) - sum_b * sum_p
+    slope = covariance / (n * sum(b * b for b, _ in points) - sum_b**2)
     if slope <= 0:
         return PeakModel(float(max(p for _, p in points)), 0.0, tuple(points))
     # Through the largest batch's peak rather than the means: the prediction is wanted above it.

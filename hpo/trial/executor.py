@@ -62,8 +62,9 @@ def execute(
         run.attrs.update(cached_attrs | {RecordKey.KNOBS_OBSERVED: {}})
         return ended(cached, run.attrs)
     # On a CPU the limit is also a hard cap on this process from the probe on, not only in training:
-    # the probe times its reference at the trial's batch, and the memory budget steps at an eighth
-    # and a quarter of it, before anything predicts that they fit (`hpo.hardware.memory_cap`).
+    # the peak fits and the reference's timing step only at sizes predicted to fit, but a prediction
+    # can fall short, and the probe's compared step (a compiled model's at the whole batch) and a
+    # Lightning probe's timed steps are predicted by nothing (`hpo.hardware.memory_cap`).
     with trial_runtime(run.device) as runtime, capped_process(run.device, _study_limit(run)):
         run.attrs[RecordKey.RUNTIME] = runtime
         return _outcome(run)

@@ -1,8 +1,10 @@
 """The trial's memory budget (`study.memory_limit_gb`): after the probe, before training.
 
 Per knob combination a peak model (`hpo.hardware.memory_model`) is fitted to the peaks of real
-steps on the trial's model at two small batch sizes, and kept in the study's verdict store beside
-the knobs' verdict: a later trial of the same combination reads it and runs nothing. Then:
+steps on the trial's model, starting at the smallest batch and growing only while the fit predicts
+the next size fits (`hpo.verify.peak_fit`), and kept in the study's verdict store beside the knobs'
+verdict: a later trial of the same combination reads it, and steps only to grow it towards a larger
+batch. Then:
 
 - a fixed batch predicted not to fit is rejected before it trains (`oom: predicted ... > limit ...
   at batch B (fits up to N)`), implicating the knobs and the batch size, so that the sampler does
@@ -11,14 +13,11 @@ the knobs' verdict: a later trial of the same combination reads it and runs noth
   at that size; a confirming step over the limit adds its peak to the fit and the next size is
   tried, `CONFIRMATIONS` times at most.
 
-The measured steps run forward, backward and an update at learning rate 0 (the first, unmeasured,
-allocates the optimizer's state, which every training step after the first holds); the model is
-then restarted at its initial weights and buffers, as the probe hands it on.
+The model is restarted at its initial weights and buffers after the steps, as the probe hands it on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable
 
@@ -29,19 +28,20 @@ from hpo.config.params import AutoBatch
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.errors import UserInputError
-from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed
 from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.memory_model import GB, PeakModel, fit_peaks, limit_bytes
 from hpo.hardware.runtime import seed_everything
-from hpo.knobs.optimizers import learning_rate_zero
 from hpo.records import RecordKey
 from hpo.trial.outcome import TrialOutcome, ended
 from hpo.trial.run import TrialRun
 from hpo.verdicts import Kind, Verdict
+from hpo.verify import peak_fit
 from hpo.verify.cache import VerdictStore
+from hpo.verify.peak_fit import AUTO_HEADROOM, fit_batches, measure_peaks, memory_key
 from hpo.workloads.base import Workload
 
 __all__ = [
+    "AUTO_HEADROOM",
     "CONFIRMATIONS",
     "auto_batch_fitting",
     "budget_memory",
@@ -53,17 +53,7 @@ __all__ = [
 ]
 
 CONFIRMATIONS = 3
-# The auto batch is chosen to fit 95% of the limit: training's later steps can take a little more
-# than the confirming step did (the process's own growth on a CPU, where the meter reads the whole
-# resident set; fragmentation in CUDA's caching allocator). At the predicted edge, a CPU trial beside
-# other work went over its limit by 0.2%.
-AUTO_HEADROOM = 0.05
 MB = 2**20
-
-
-def memory_key(key: str) -> str:
-    """The key of a knob combination's peak model in the verdict store, beside its verdict's."""
-    return f"{key}-memory"
 
 
 def oom_part(config: TrialConfig) -> list[tuple[str, object]]:
@@ -88,7 +78,7 @@ def budget_memory(run: TrialRun) -> TrialOutcome | None:
         return None
     run.attrs[RecordKey.MEMORY_LIMIT_MB] = limit / MB
     with run.phases("probe"):
-        peaks = _peak_model(run)
+        peaks = _peak_model(run, limit)
         if config.batch_auto is not None:
             peaks = _choose_batch(run, peaks, limit, config.batch_auto)
     run.attrs[RecordKey.MEMORY_MODEL] = {
@@ -114,21 +104,26 @@ def _gb(size: float) -> str:
     return f"{size / GB:.3g}"
 
 
-def _peak_model(run: TrialRun) -> PeakModel:
-    return fitted_peaks(run.verdicts, run.key, lambda: _model(run), run.workload, run.config)
+def _peak_model(run: TrialRun, limit: int) -> PeakModel:
+    return peak_fit.fitted_peaks(run.verdicts, memory_key(run.key), lambda: _model(run), run.workload, run.config, limit)
 
 
 def fitted_peaks(
-    store: VerdictStore, key: str, model: Callable[[], AssembledModel], workload: Workload, config: TrialConfig
+    store: VerdictStore,
+    key: str,
+    model: Callable[[], AssembledModel],
+    workload: Workload,
+    config: TrialConfig,
+    limit: int | None = None,
 ) -> PeakModel:
-    """The peak model of the knob combination whose verdict is at `key`: read from `store`, or
-    fitted to real steps on `model()` (called only then) at `fit_batches(config)` and kept there."""
-    cached = store.get(memory_key(key))
-    if cached is not None:
-        return PeakModel.from_record(cached)
-    peaks = fit_peaks(measure_peaks(model(), workload, config, fit_batches(config)))
-    store.add(memory_key(key), peaks.record())
-    return peaks
+    """The peak model of the knob combination whose verdict is at `key` (`hpo.verify.peak_fit`),
+    grown within `limit`; the study's limit on the built model's device when none is given."""
+    if limit is None and config.memory_limit_gb is not None:
+        limit = int(config.memory_limit_gb * GB)
+    elif limit is None:  # the device's default: known once the model is built on it
+        built = model()
+        limit, model = limit_bytes(built.device, None), lambda: built
+    return peak_fit.fitted_peaks(store, memory_key(key), model, workload, config, limit)
 
 
 def auto_batch_fitting(peaks: PeakModel, limit: int, auto: AutoBatch, ceiling: int | None = None) -> int:
@@ -146,51 +141,6 @@ def _model(run: TrialRun) -> AssembledModel:
             seed_everything(run.config.seed)
             run.model = AssembledModel(run.workload, run.config.knobs, run.config.training, run.device)
     return run.model
-
-
-def fit_batches(config: TrialConfig) -> tuple[int, int]:
-    """The two batch sizes the peak model is fitted at: an eighth and a quarter of a fixed batch
-    (half a batch's samples in all, with the unmeasured first step); 4 and 8 samples, rounded up
-    to `multiple_of`, for `batch_size: auto`, whose choice a real step then confirms."""
-    if config.batch_auto is not None:
-        m = config.batch_auto.multiple_of
-        small = -(-4 // m) * m
-        return small, 2 * small
-    batch = config.training.batch_size
-    small = max(1, batch // 8)
-    return small, max(small + 1, batch // 4)
-
-
-def measure_peaks(
-    model: AssembledModel, workload: Workload, config: TrialConfig, batches: tuple[int, ...], first: int | None = None
-) -> list[tuple[int, int]]:
-    """(batch, peak bytes) of one real step at each of `batches`, after an unmeasured first step at
-    `first` (default: the first of them); the model restarted at its weights and buffers afterwards."""
-    buffers = {name: buffer.clone() for name, buffer in model.model.named_buffers()}
-    try:
-        _step_peak(model, workload, config, first or batches[0])  # allocates the optimizer's state
-        return [(b, _step_peak(model, workload, config, b)) for b in batches]
-    finally:
-        model.restart()
-        with torch.no_grad():
-            for name, buffer in model.model.named_buffers():
-                buffer.copy_(buffers[name])
-
-
-def _step_peak(model: AssembledModel, workload: Workload, config: TrialConfig, batch_size: int) -> int:
-    batch = model.move(next(workload.train_batches(batch_size, config.seed)))
-    hand_back_freed(model.device)
-    model.memory = MemoryMeter(model.device)
-    # On a CPU the whole step is sampled: its peak may be inside backward (checkpointing's recomputation).
-    with ResidentPeak() if model.device.type != "cuda" else contextlib.nullcontext() as resident:
-        model.forward_backward(batch)
-        with torch.no_grad():
-            for parameter in model.model.parameters():
-                if parameter.grad is not None:
-                    parameter.grad.nan_to_num_(0.0, 0.0, 0.0)  # so that the update at lr 0 moves no weight
-        with learning_rate_zero(model.optimizer):
-            model.optimizer_step()
-    return max(int(model.memory.peak_mb * MB), resident.peak_bytes if resident else 0)
 
 
 def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) -> PeakModel:

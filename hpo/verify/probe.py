@@ -56,6 +56,7 @@ from hpo.verify.machine_facts import MachineFacts
 from hpo.verify.probe_result import ProbeResult, keep_probe
 from hpo.verify.reference import time_reference
 from hpo.verify.reference_knobs import REFERENCE_KNOBS, ran_other_than_reference
+from hpo.verify.reference_memory import reference_over_limit
 from hpo.verify.slow import SlowLimit
 from hpo.verify.slow_proof import SlowProof, prove_slow
 from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy, time_model
@@ -182,7 +183,12 @@ def _timed_reference(
     reference (fp32, eager attention, no checkpointing) does not fit at that batch where the
     trial's knobs may: its out of memory is no fact about the trial's knobs, so the trial goes on
     with its speed not judged, and says why. On the H200 a bf16 trial at batch 256 of a 152.7M GPT
-    was recorded `oom` this way, by the reference's 125 GB."""
+    was recorded `oom` this way, by the reference's 125 GB. Under a memory limit it is timed only
+    when its own peak model predicts it fits (`hpo.verify.reference_memory`)."""
+    over = reference_over_limit(reference, config, store)
+    if over is not None:
+        result.slow_not_judged = over
+        return None
     try:
         timing = time_reference(reference, batch, growth, samples)
     except (torch.OutOfMemoryError, RuntimeError) as exc:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import torch
 
 from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed, resident_bytes
-from hpo.trial import memory_budget
+from hpo.verify import peak_fit
 
 MB = 2**20
 TRANSIENT = 256 * MB
@@ -66,5 +66,5 @@ def test_a_fit_step_counts_a_peak_inside_backward():
     workload = SimpleNamespace(train_batches=lambda batch_size, seed: iter([{"x": torch.zeros(batch_size, 2)}]))
     config = SimpleNamespace(seed=0)
     before = _trimmed_resident()  # `_step_peak` trims too, before its step
-    peak = memory_budget._step_peak(model, workload, config, 4)
+    peak = peak_fit._step_peak(model, workload, config, 4)
     assert peak - before >= 0.9 * TRANSIENT  # an after-forward read alone gave about `before`
