@@ -13,6 +13,7 @@ import pytest
 from benchmarks.false_slow import is_false_slow, markdown_table, slow_verdicts, summarize
 from benchmarks.false_slow_load import busy_cores
 from benchmarks.false_slow_plain import median_ratio, run_plain
+from benchmarks.false_slow_report import report
 from benchmarks.false_slow_study import read_trials
 
 
@@ -136,3 +137,17 @@ def test_the_docs_table_has_a_row_per_side_and_says_when_nothing_was_slow():
     ])  # fmt: skip
     rows = markdown_table(summary).splitlines()[2:]
     assert rows == ["| before | 1 | 2 | 2 | 2 | 1 | 50% |", "| after | 1 | 1 | 1 | 0 | 0 | no slow verdict |"]
+
+
+def test_the_report_names_each_slow_verdict_with_the_plain_ratio_and_its_answer():
+    slow = {"number": 2, "verdict": "slow: at least 3.0x", "knobs_requested": {"precision": "fp32", "grad_checkpointing": True},
+            "plain": {"ratio": 1.2}, "false_slow": True, "slowdown": 3.0}  # fmt: skip
+    result = {
+        "meta": {"date": "d", "commit": "c", "cpu_model": "m", "command": "cmd"},
+        "spinners": 6,
+        "elapsed_s": 1,
+        "studies": [{"side": "before", "seed": 1000, "load_average_after": [18.0, 1, 1], "trials": [slow]}],
+    }
+    text = report(result)
+    assert "- before, seed 1000, trial 2 (fp32, checkpointing true): `slow: at least 3.0x`; plain loop 1.2x, false" in text
+    assert "| before | fp32, checkpointing true | 1 | 3.00 / 3.00 / 3.00 |" in text
