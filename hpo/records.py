@@ -170,7 +170,8 @@ class TrialRecord(_Record):
         description="set when the slowdown against the stored reference time was implausibly low (under 0.5): the trial's "
         "knobs and the reference timed again side by side, one step each a round; `slowdown` is then step_ms / "
         "reference_ms from here, and `stored_reference_ms` / `slowdown_against_stored` what it replaced. A faster "
-        "reference step replaces the stored one for later trials",
+        "reference step replaces the stored one for later trials. Where either side's fastest steps disagree by "
+        "over 25%, no slowdown is recorded and `slow_not_judged` says why",
     )
     slow_not_confirmed: str | None = Field(
         None,

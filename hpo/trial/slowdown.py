@@ -76,22 +76,28 @@ def record_speed(run: TrialRun) -> None:
         )
 
 
-def _timed_again(run: TrialRun, slow: SlowLimit) -> float:
+def _timed_again(run: TrialRun, slow: SlowLimit) -> float | None:
     """The trial's slowdown timed side by side with the reference, for a slowdown against the
     stored reference time that is implausibly low: that time was likely taken on a busier machine
     (an EfficientNet study stored 5336 ms where its own knobs trained at 807 ms, and every later
-    trial read 0.02-0.06). A faster reference step replaces the stored one."""
+    trial read 0.02-0.06). A faster reference step replaces the stored one. None, with why in
+    `slow_not_judged`, when either side's steps were too uneven to compare."""
     free_memory(run.device)
     with run.phases("probe"):
-        step_ms, reference_ms = time_side_by_side(run.workload, run.config, run.device)
+        timed = time_side_by_side(run.workload, run.config, run.device)
     run.attrs[RecordKey.SLOWDOWN_TIMED_AGAIN] = {
         "stored_reference_ms": slow.reference_ms,
         "slowdown_against_stored": slow.slowdown(run.result.fastest_step_ms),
-        "reference_ms": reference_ms,
-        "step_ms": step_ms,
+        "reference_ms": timed.reference.best_ms,
+        "step_ms": timed.knobs.best_ms,
+        "reference_steps_ms": list(timed.reference.times_ms),
+        "steps_ms": list(timed.knobs.times_ms),
     }
-    _faster_reference(run, reference_ms, "timed again beside a trial")
-    return step_ms / reference_ms
+    if timed.not_judged is not None:
+        run.attrs[RecordKey.SLOW_NOT_JUDGED] = timed.not_judged
+        return None
+    _faster_reference(run, timed.reference.best_ms, "timed again beside a trial")
+    return timed.slowdown
 
 
 def _faster_reference(run: TrialRun, step_ms: float, source: str) -> None:
