@@ -16,6 +16,7 @@ from hpo.config.params import AutoBatch, Choices, Fixed, IntRange
 from hpo.config.space import SearchSpace
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
+from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.memory_model import limit_bytes
 from hpo.hardware.runtime import seed_everything
 from hpo.logging import get_logger
@@ -59,8 +60,11 @@ def memory_fit(
     if limit is None or workload.trainer != "hpo":  # trials hold to no limit either
         return None
     try:
-        peaks = fitted_peaks(store, key, lambda: _built(workload, config, device), workload, config)
-    except torch.OutOfMemoryError as exc:
+        # The limit handed on: without it the fit builds a model only to learn the device's default.
+        peaks = fitted_peaks(store, key, lambda: _built(workload, config, device), workload, config, limit)
+    except Exception as exc:
+        if not is_out_of_memory(exc):  # on a CPU under the cap, the allocator's RuntimeError
+            raise
         _log.warning(f"hpo probe: {config.knobs.as_dict()}: the peak model's steps ran out of memory ({exc})")
         return None
     if config.batch_auto is not None:  # the batch a trial chooses before its confirming step

@@ -132,3 +132,25 @@ def test_probe_firsts_sweep_leaves_the_fit_to_the_trials_that_train(monkeypatch,
     monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path / "facts"))
     decided = probe_first._sweep_and_store(study, _space(64.0), 0, say=lambda line: None)  # refits would raise
     assert [k["knobs"]["precision"] for k in decided["kept"]] == ["fp32"]
+
+
+@pytest.mark.parametrize(
+    ("raised", "caught"),
+    [
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes"), True),
+        (RuntimeError("an error of the workload's own"), False),
+    ],
+)
+def test_the_cpu_allocators_refusal_under_the_cap_ends_the_fit_not_the_sweep(monkeypatch, raised, caught):
+    """Fault: the fit's step fails as torch's CPU allocator does under hpo's memory cap. The row gets
+    no memory columns (a warning says why); any other error is the row's error, as before."""
+
+    def refused(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(sweep_memory, "fitted_peaks", refused)
+    (row,) = sweep(_space(limit_gb=1.0), MemoryVerdicts())
+    if caught:
+        assert row.verdict == "ok" and row.predicted_peak_mb is None and row.largest_batch is None
+    else:  # an error of the combination's row, with its traceback logged: never read as out of memory
+        assert row.verdict.startswith("error: RuntimeError: an error of the workload's own"), row.verdict
