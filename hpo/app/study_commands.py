@@ -127,7 +127,7 @@ def cmd_probe(args) -> int:
         name = args.study or space.study.name
         store = StudyVerdicts(create_or_resume(space, storage_url(args, name), name))
     with tqdm(total=len(combinations(space)), desc="probing knob combinations", unit="combo", file=sys.stderr) as bar:
-        rows = sweep(space, store, on_row=lambda row: bar.update(1), machine=MachineFacts(fresh=args.fresh))
+        rows = sweep(space, store, on_row=lambda row: bar.update(1), machine=MachineFacts(fresh=args.fresh), confirm_facts=True)
     show(args, [knob_row_json(dataclasses.asdict(r)) for r in rows], table(rows))
     if not any(Verdict.parse(r.verdict).ok for r in rows):
         print(f"no knob combination of {args.space} can run here: see the verdicts above", file=sys.stderr)

@@ -31,6 +31,7 @@ class SweepRow:
     from_machine: bool = False
     known_ms: list[float] | None = None
     fact_at: float | None = None  # when the machine fact it was read from was stored (epoch seconds)
+    timed_now: bool = False  # read from the facts, its speed timed again before it ranked (`hpo probe`)
     # The timed steps its speed is the fastest of (after the untimed ones; `hpo.verify.steady`).
     steps_ms: list[float] | None = None
     # With a memory limit (`hpo.strategy._memory_fit`): the peak predicted at the study's batch, and
@@ -55,7 +56,7 @@ def _source(row: SweepRow) -> str:
     if not row.from_machine:
         return ""
     day = "undated" if row.fact_at is None else time.strftime("%Y-%m-%d", time.gmtime(row.fact_at))
-    return f"machine fact of {day}: "
+    return f"machine fact of {day}{', speed timed now' if row.timed_now else ''}: "
 
 
 def table(rows: list[SweepRow]) -> str:

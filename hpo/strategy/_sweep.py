@@ -49,6 +49,7 @@ class _Settings:
     machine: MachineFacts | None = None
     memory: bool = True
     policy: TimingPolicy = DEFAULT_POLICY
+    confirm_facts: bool = False  # a speed read from `machine` is timed again before it ranks
 
 
 def combinations(space: SearchSpace) -> list[Knobs]:
@@ -64,6 +65,7 @@ def sweep(
     memory: bool = True,
     policy: TimingPolicy = DEFAULT_POLICY,
     warm: WarmModels | None = None,
+    confirm_facts: bool = False,
 ) -> list[SweepRow]:
     """Probe every knob combination; rows ranked by samples/s (verdicts that did not pass last).
     With `machine`, a combination this machine already proved for this model, batch and software
@@ -71,6 +73,7 @@ def sweep(
     limit that applies, each verified row also gets its peak model's prediction (`memory_fit`:
     three small steps a combination); probe_first's sweep leaves that to the trials that train.
     `policy` times each combination (probe_first's: `ONE_STEP`, its race times again what could win).
+    `confirm_facts` (`hpo probe`) times again, under `policy`, a speed read from `machine` before it ranks.
     `warm` keeps each verified combination's timed model, while they fit, for that race
     (`hpo.strategy._warm_models`; not from a fresh process, whose models end with it).
 
@@ -82,7 +85,7 @@ def sweep(
     device = resolve_device(configs[0].device)
     rows: list[SweepRow] = []
     report = (lambda row: (rows.append(row), on_row(row))) if on_row is not None else rows.append
-    how = _Settings(machine, memory, policy)
+    how = _Settings(machine, memory, policy, confirm_facts)
     remaining = _probe_all(space, configs, store, report, how=how, warm=warm)
     while remaining:
         remaining = _probe_in_fresh_process(space, configs, store, remaining, report, how)
@@ -114,7 +117,7 @@ def _probe_all(
     workload.bind_training(configs[0].training.params())
     with trial_runtime(device):
         references = ReferenceMemory()  # the reference's compared step runs once, not once a combination
-        signed = SignedMachine(how.machine, workload, configs[0]) if how.machine is not None else None
+        signed = SignedMachine(how.machine, workload, configs[0], how.confirm_facts) if how.machine is not None else None
         ceiling = batch_ceiling(space, configs[0]) if how.memory else None
         for position, index in enumerate(indices):
             config = configs[index]

@@ -31,3 +31,30 @@ def test_a_row_from_the_machine_facts_says_so_with_its_date():
     line = table([_row([10.0, 10.0, 10.0], from_machine=True, fact_at=stored)]).splitlines()[1]
     assert line.endswith("machine fact of 2026-12-04: ok"), line
     assert "machine fact" not in table([_row([10.0, 10.0, 10.0])])
+
+
+def test_hpo_probe_times_a_speed_from_the_machine_facts_again_before_it_ranks(tmp_path):
+    """The second sweep reads the first one's facts; with `confirm_facts` (what `hpo probe` asks) the
+    speed is timed again, steady, and the row says so; without it (probe_first's sweep, whose race
+    times its candidates again) the fact's figure is kept to the decimal."""
+    from hpo.config.space import parse_space
+    from hpo.strategy import sweep
+    from hpo.verify.cache import MemoryVerdicts
+    from hpo.verify.machine_facts import MachineFacts
+
+    space = parse_space(
+        {
+            "study": {"name": "facts", "n_trials": 1, "skip_slow": False},
+            "workload": {"name": "toy_workloads:Toy", "max_steps": 2, "eval_every": 2},
+            "params": {"lr": 1.0e-3, "batch_size": 8},
+            "systems": {"precision": "fp32", "attention": "eager", "optimizer": "foreach"},
+        },
+        source="test",
+    )
+    (first,) = sweep(space, MemoryVerdicts(), machine=MachineFacts(tmp_path), memory=False)
+    (kept,) = sweep(space, MemoryVerdicts(), machine=MachineFacts(tmp_path), memory=False)
+    (confirmed,) = sweep(space, MemoryVerdicts(), machine=MachineFacts(tmp_path), memory=False, confirm_facts=True)
+    assert kept.from_machine and not kept.timed_now and kept.samples_per_s == first.samples_per_s
+    assert confirmed.from_machine and confirmed.timed_now and confirmed.steps_ms != first.steps_ms
+    assert confirmed.samples_per_s == 1000 * 8 / min(confirmed.steps_ms)
+    assert ", speed timed now: ok" in table([confirmed]).splitlines()[1]
