@@ -166,7 +166,7 @@ def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and
     from hpo.trial.trainer import SLOW_CHECK_STEPS
     from hpo.verdicts import Kind
 
-    config, verdicts = dataclasses.replace(_config(), skip_slow=True), MemoryVerdicts()
+    config = dataclasses.replace(_config(), skip_slow=True)
     _slow_foreach_steps(monkeypatch)
     seen = _forwards(monkeypatch)
     # The training loop's steps, counted at the name the trainer calls (the probe's and the proof's
@@ -179,11 +179,17 @@ def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and
 
     monkeypatch.setattr(trainer, "run_step", counted)
 
+    stores: list[MemoryVerdicts] = []
+
     def first_trial():
+        # A fresh store each time: a try not judged trains and records its speed as ok, and a
+        # speed fact is written once, so a later try's `slow` would not be the one cached.
         trained.clear()
-        return execute(config, verdicts)
+        stores.append(MemoryVerdicts())
+        return execute(config, stores[-1])
 
     slow = judged_despite_noise(first_trial)
+    verdicts = stores[-1]
     assert slow.verdict.kind is Kind.SLOW and slow.values is None, (slow.verdict, slow.attrs.get("slowdown"))
     assert slow.attrs["slowdown"] > config.slow_ratio
     # The profiled evidence step, then the steady steps the check judges: no more.
