@@ -30,6 +30,7 @@ from torch.utils.data import Dataset, IterableDataset
 from hpo import deps
 from hpo.config.trial import LoaderSettings
 from hpo.errors import KnobUnavailable
+from hpo.hardware.runtime import torch_threads
 from hpo.knobs.registry import LOADER_KNOBS
 from hpo.workloads.base import Workload
 from hpo.workloads.dataset_batches import seeded_loader
@@ -159,10 +160,6 @@ def core_split(settings: LoaderSettings, device: torch.device) -> Iterator[CoreS
         yield None
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    before = torch.get_num_threads()
     split = CoreSplit(cores, settings.num_workers, max(1, cores - settings.num_workers))
-    torch.set_num_threads(split.compute_threads)
-    try:
+    with torch_threads(split.compute_threads):
         yield split
-    finally:
-        torch.set_num_threads(before)

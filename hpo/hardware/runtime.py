@@ -61,6 +61,18 @@ def trial_runtime(device: torch.device) -> Iterator[dict]:
         torch.backends.cudnn.benchmark = saved_benchmark
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` inside the block, restored after: global torch
+    state changes only inside a context that puts it back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -63,21 +63,17 @@ def preload_lazy_imports() -> None:
 
 
 def warm_up(spec: dict) -> None:
-    import torch
-
+    from hpo.hardware.runtime import torch_threads  # imports torch: here, not when the module loads
     from hpo.workloads.catalog import create_workload
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     # The tokenizers library's own threads would make every trial process warn that it was forked.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
+    # One thread while warming up; the trial processes' setting after, as each creates its own pool.
+    with torch_threads(1):
         workload = create_workload(spec["workload"], spec["options"])
         workload.bind_training(spec["training"])
         workload.build_model(spec["attention"])
         preload_lazy_imports()
-    finally:
-        torch.set_num_threads(threads)  # the trial processes' setting; the pool is created in each
 
 
 _spec = os.environ.pop(WARMUP_ENV, None)  # popped: the trial processes forked from here skip it

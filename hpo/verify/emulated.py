@@ -13,13 +13,12 @@ the judgment to the per-model proof (`hpo.verify.slow_proof`). `hpo probe --fres
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
 from hpo.hardware.probes import cpu_model
+from hpo.hardware.runtime import torch_threads
 from hpo.torch_compat import cpu_has_native_bf16, cpu_has_native_fp16
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.machine_facts import MachineFacts
@@ -76,18 +75,8 @@ def measure_emulation(precision: str) -> dict:
     each a round after an untimed one, the side that goes first alternating; the fastest of each.
     On one thread: on a busy host OpenMP's threads waiting for each other took both sides to 84 ms
     (fp32 0.5 ms alone), a ratio of 1.1 where one thread measured 21."""
-    with one_thread():
+    with torch_threads(1):
         return _measured(precision)
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _measured(precision: str) -> dict:
