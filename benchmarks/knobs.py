@@ -27,7 +27,7 @@ from hpo.hardware.probes import bf16_supported, device_model
 from hpo.hardware.runtime import resolve_device, seed_everything
 from hpo.runtime.forkserver_warmup import preload_lazy_imports
 from hpo.trial.executor import TrialOutcome, execute
-from hpo.verify.cache import MemoryVerdicts, verdict_key
+from hpo.verify.stored import MemoryVerdicts, verdict_key
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["BASELINE", "CONFIGS", "KnobsBench", "run_knobs", "selected"]

@@ -16,7 +16,7 @@ from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs, LoaderSettings
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 
 __all__ = ["FIXED_GUESSES", "SEARCHED", "run_loader_bench", "settings_for"]
 

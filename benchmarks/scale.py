@@ -32,8 +32,8 @@ import yaml
 from benchmarks.results import child_env
 from benchmarks.scale_db import DbTimer, fresh_database, percentile, server_cpu_s
 from hpo.config.space import parse_space
-from hpo.runtime.budget import tickets_of
 from hpo.runtime.quiet import quiet_optuna
+from hpo.runtime.ticket_claims import tickets_of
 from hpo.runtime.workers import run_worker
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of

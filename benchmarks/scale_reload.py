@@ -22,9 +22,9 @@ from benchmarks.scale import create_study, space
 from benchmarks.scale_db import DbTimer, fresh_database
 from benchmarks.scale_growth import KNOB_CHOICES, fill
 from hpo.config.space import parse_space
-from hpo.runtime.budget import BindOnStart, bind_ticket, tickets_of
 from hpo.runtime.guard import sampler_for_ticket
 from hpo.runtime.handed import ask_in_worker, open_handed
+from hpo.runtime.ticket_claims import BindOnStart, bind_ticket, tickets_of
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of
 from hpo.study.create import open_hpo_study

@@ -18,7 +18,7 @@ from hpo.config.objectives import metric_direction
 from hpo.config.trial import Target
 from hpo.errors import UserInputError
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import metrics_of
 
 __all__ = ["TargetRun", "run_time_to_target", "target_table"]

@@ -72,7 +72,7 @@ def _never_the_users_machine_facts(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _own_machine_facts(tmp_path_factory):
-    """Each test its own empty store of this machine's facts (`hpo.verify.machine_facts`), never the
+    """Each test its own empty store of this machine's facts (`hpo.verify.stored._machine_facts`), never the
     user's: a fact one test proved would otherwise spare another test's probe. Made when written.
     Not through `monkeypatch`: an autouse fixture that requests it would set it up before a test
     module's own autouse fixtures, so its undo would come after their teardown, and a teardown

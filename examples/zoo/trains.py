@@ -19,7 +19,7 @@ from examples.zoo.matrix import trial_config
 from examples.zoo.models import ZooModel
 from hpo.engine.assembly import AssembledModel
 from hpo.hardware.runtime import seed_everything
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["STEPS", "LossDrop", "loss_drop"]

@@ -34,7 +34,7 @@ from hpo.hardware.runtime import resolve_device
 from hpo.logging import get_logger
 from hpo.records import RecordKey
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts, speed_key
+from hpo.verify.stored import MemoryVerdicts, speed_key
 
 __all__ = [
     "WORKLOAD_OPTIONS",

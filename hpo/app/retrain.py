@@ -11,7 +11,7 @@ from hpo.errors import TrialError
 from hpo.runtime.forkserver_warmup import preload_lazy_imports
 from hpo.trial.executor import TrialOutcome, execute
 from hpo.trial.outcome import ended
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 
 __all__ = ["retrain"]
 

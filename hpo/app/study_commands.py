@@ -114,8 +114,7 @@ def cmd_probe(args) -> int:
     from hpo.config.space import load_space
     from hpo.strategy import combinations, sweep, table
     from hpo.verdicts import Verdict
-    from hpo.verify.cache import MemoryVerdicts, StudyVerdicts
-    from hpo.verify.machine_facts import MachineFacts
+    from hpo.verify.stored import MachineFacts, MemoryVerdicts, StudyVerdicts
     from hpo.workloads.catalog import fetch_checkpoints
 
     space = load_space(args.space)

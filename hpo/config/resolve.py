@@ -101,7 +101,7 @@ def first_parallel(space: SearchSpace) -> ParallelSettings | None:
 def _middle(spec: ParamSpec):
     if isinstance(spec, Fixed):
         return spec.value
-    if isinstance(spec, AutoBatch):  # chosen by the trial (`hpo.trial.memory_budget`)
+    if isinstance(spec, AutoBatch):  # chosen by the trial (`hpo.trial.memory_limit`)
         return spec
     if isinstance(spec, Choices):
         return spec.choices[0]

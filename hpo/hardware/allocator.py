@@ -18,7 +18,7 @@ the trial records which of the two ran.
 
 Kept memory also makes a timing steady from its first step: `prefault_heap` touches the pages a
 step will need before the step runs, and `page_faults` tells a step that still faulted memory in
-(see `hpo.verify.reference`, which times the probe's reference that way).
+(see `hpo.verify.timing._reference_time`, which times the probe's reference that way).
 """
 
 from __future__ import annotations

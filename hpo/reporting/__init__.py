@@ -22,7 +22,7 @@ __getattr__, __dir__ = lazy_exports(
         "best_trials": "ranking",
         "decision_note": "sweep_decision",
         "make_display": "progress",
-        "observed_knob": "observed",
+        "observed_knob": "knob_display",
         "top_trials": "ranking",
         "trained_trials": "ranking",
     },

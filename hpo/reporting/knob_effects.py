@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.records import RecordKey
 from hpo.verdicts import Verdict
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.fault import REFERENCE_KNOBS
 
 __all__ = ["BASELINES", "KnobEffect", "cells", "header", "knob_effects", "markdown_table"]
 

@@ -22,9 +22,9 @@ from hpo.knobs.registry import KNOB_NAMES
 from hpo.logging import get_logger
 from hpo.masking import mask_secrets
 from hpo.records import RecordKey
+from hpo.reporting.knob_display import observed_knob
 from hpo.reporting.knob_effects import knob_effects, markdown_table
 from hpo.reporting.machines import not_runnable_note
-from hpo.reporting.observed import observed_knob
 from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
 from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
 from hpo.verdicts import Verdict

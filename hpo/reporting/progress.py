@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.masking import mask_secrets
 from hpo.records import RecordKey
-from hpo.reporting.observed import observed_knobs
+from hpo.reporting.knob_display import observed_knobs
 from hpo.verdicts import Verdict
 
 __all__ = ["EvalEvent", "TrialEvent", "TrialPrinter", "eval_line", "make_display", "report", "set_sink"]

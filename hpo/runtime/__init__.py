@@ -28,6 +28,6 @@ __getattr__, __dir__ = lazy_exports(
         "run_worker": "workers",
         "run_workers": "workers",
         "start_early": "forkserver",
-        "tickets_of": "budget",
+        "tickets_of": "ticket_claims",
     },
 )

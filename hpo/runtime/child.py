@@ -16,10 +16,10 @@ import signal
 import threading
 
 from hpo.reporting.progress import TrialPrinter, set_sink
-from hpo.runtime.budget import StartHeartbeat
 from hpo.runtime.guard import GuardedObjective
 from hpo.runtime.handed import open_handed
 from hpo.runtime.quiet import quiet_optuna
+from hpo.runtime.ticket_claims import StartHeartbeat
 from hpo.storage.open import open_storage
 
 PR_SET_PDEATHSIG = 1
@@ -73,7 +73,7 @@ def run_one_trial(
     die_with_worker(conn)
     quiet_optuna()
     from hpo.study.objective import Objective  # torch and the trial stack: preloaded by the forkserver
-    from hpo.verify.compared import ReferenceFiles
+    from hpo.verify.probing import ReferenceFiles
 
     def started(trial_id: int) -> None:
         heartbeat.start(trial_id)

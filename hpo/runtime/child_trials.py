@@ -22,14 +22,14 @@ from hpo.hardware.oom_kills import oom_kill_counter
 from hpo.logging import get_logger
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.progress import report
-from hpo.runtime.budget import ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
 from hpo.runtime.child import run_one_trial
-from hpo.runtime.deadline import timeout_verdict
 from hpo.runtime.forkserver import start_forkserver
 from hpo.runtime.handed import SamplingFailed, TakenOver, ask_in_worker
 from hpo.runtime.killed_for_memory import killed_for_memory, record_killed_for_memory
 from hpo.runtime.reference_folders import folder_path, reference_folder, remove_folder
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
+from hpo.runtime.ticket_claims import ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
+from hpo.runtime.trial_timeout import timeout_verdict
 from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget

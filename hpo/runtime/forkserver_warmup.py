@@ -29,7 +29,7 @@ from hpo.config.resolve import representative_config
 from hpo.config.space import SearchSpace
 from hpo.logging import get_logger
 from hpo.torch_compat import preloaded_torch_modules
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.fault import REFERENCE_KNOBS
 
 _log = get_logger(__name__)
 

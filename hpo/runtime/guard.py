@@ -53,7 +53,7 @@ class GuardedObjective:
             raise
         except Exception as exc:
             verdict = exc.verdict if isinstance(exc, TrialError) else error_verdict(exc)
-            from hpo.verify.known_failures import is_sticky_device_error  # imported only on an error
+            from hpo.verify.fault import is_sticky_device_error  # imported only on an error
 
             if is_sticky_device_error(exc.__cause__ or exc):
                 self.sticky = exc

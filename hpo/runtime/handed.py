@@ -20,8 +20,8 @@ import optuna
 from optuna.trial import TrialState
 
 from hpo.config.space import SearchSpace
-from hpo.runtime.budget import BindOnStart
 from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
+from hpo.runtime.ticket_claims import BindOnStart
 from hpo.storage.optuna_compat import storage_of, take_trial, trial_id_of
 from hpo.study.create import open_hpo_study
 from hpo.study.suggest import suggest_config
@@ -39,7 +39,7 @@ class SamplingFailed(Exception):
 
 class TakenOver(Exception):
     """The trial ended elsewhere while its worker sampled it: another worker's stale-trial sweep
-    (`hpo.runtime.budget.recover`) failed it, its heartbeats having been late, and queued its retry
+    (`hpo.runtime.ticket_claims.recover`) failed it, its heartbeats having been late, and queued its retry
     or recorded why not (`hpo.storage.retry.RetryWithRefund`). It is no longer this worker's to
     record or run."""
 

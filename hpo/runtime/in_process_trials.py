@@ -9,11 +9,11 @@ import optuna
 from hpo.config.space import SearchSpace
 from hpo.reporting.notes import DashboardNotes
 from hpo.reporting.progress import TrialPrinter
-from hpo.runtime.budget import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket
-from hpo.runtime.deadline import InProcessDeadline, TrialTimeout
 from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
 from hpo.runtime.reference_folders import keeps_references
 from hpo.runtime.runners import TrialsCannotStart, fail_stopped, worker_name
+from hpo.runtime.ticket_claims import BindOnStart, ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket
+from hpo.runtime.trial_timeout import InProcessDeadline, TrialTimeout
 from hpo.storage.optuna_compat import storage_of
 from hpo.storage.retry import fail_crashed_trial
 from hpo.storage.tickets import TicketBudget
@@ -23,12 +23,12 @@ __all__ = ["InProcessTrials"]
 
 class InProcessTrials:
     """Run each trial in this process. `study.trial_timeout_s` is enforced by SIGALRM, which ends
-    a Python-level hang but not one inside C code (see `hpo.runtime.deadline`)."""
+    a Python-level hang but not one inside C code (see `hpo.runtime.trial_timeout`)."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.runtime.forkserver_warmup import preload_lazy_imports
         from hpo.study.objective import Objective  # imports torch
-        from hpo.verify.compared import ReferenceMemory
+        from hpo.verify.probing import ReferenceMemory
 
         # What a trial process finds imported by the forkserver: torch's lazy imports are a start-up
         # cost of this process, not of its first trial's probe.

@@ -1,5 +1,5 @@
 """Before a worker's first trial: the searched knob values this machine cannot run
-(`hpo.verify.runnable`, the check `hpo doctor` shows), each said once on stderr and in the study's
+(`hpo.verify.machine._kernel_check`, the check `hpo doctor` shows), each said once on stderr and in the study's
 dashboard note, and never proposed by this process (`hpo.study.avoid.avoiding_here`).
 
 Workers of one study may sit on different machines, so nothing here changes the study: its search
@@ -31,7 +31,7 @@ from hpo.reporting.machines import machine_attr
 from hpo.reporting.notes import DashboardNotes
 from hpo.runtime.forkserver import start_forkserver
 from hpo.study.avoid import avoiding_here
-from hpo.verify.not_runnable import MachineCheck, nothing_left, searched_parts
+from hpo.verify.machine import MachineCheck, nothing_left, searched_parts
 
 __all__ = ["NothingRunsHere", "check_machine", "forget_checks", "machine_checked"]
 
@@ -83,10 +83,10 @@ def machine_checked(study: optuna.Study, space: SearchSpace, storage_url: str, i
 
 
 def check_on(systems: dict, device: str) -> MachineCheck:
-    """`hpo.verify.runnable.check_values` on the device a space names (`auto`, `cpu`, `cuda:N`).
+    """`hpo.verify.machine.check_values` on the device a space names (`auto`, `cpu`, `cuda:N`).
     A worker hands this function to its child process: the worker imports no torch, the child does."""
     from hpo.hardware.runtime import resolve_device
-    from hpo.verify.runnable import check_values
+    from hpo.verify.machine import check_values
 
     return check_values(systems, resolve_device(device))
 

@@ -1,5 +1,5 @@
 """The folder of a worker whose trials run in processes of their own, for its probes' reference
-steps (`hpo.verify.compared`; an in-process worker keeps them in memory), and the removal of
+steps (`hpo.verify.probing._kept_reference`; an in-process worker keeps them in memory), and the removal of
 folders whose worker died without removing its own (kill -9, the OOM killer, a node lost).
 
 The folder's name carries its owner, `hpo-reference-<host>-<pid>-<random>`, so any later worker on

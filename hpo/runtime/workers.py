@@ -16,7 +16,6 @@ import optuna
 from hpo.logging import get_logger
 from hpo.reporting.progress import MODE_ENV, make_display, set_sink
 from hpo.reporting.sweep_decision import KEPT_ATTR
-from hpo.runtime.budget import ClaimKeeper, has_running, recover, require_budget
 from hpo.runtime.child import die_with_parent
 from hpo.runtime.child_trials import ChildTrials
 from hpo.runtime.in_process_trials import InProcessTrials
@@ -26,6 +25,7 @@ from hpo.runtime.placement import default_workers, visible_gpus
 from hpo.runtime.quiet import quiet_optuna
 from hpo.runtime.reference_folders import remove_orphaned_folders
 from hpo.runtime.runners import TrialsCannotStart
+from hpo.runtime.ticket_claims import ClaimKeeper, has_running, recover, require_budget
 from hpo.storage.optuna_compat import liveness, storage_of
 from hpo.study.create import open_hpo_study
 

@@ -12,7 +12,7 @@ from hpo.strategy._race import POLICY, raced_times
 from hpo.strategy._ranking import TIE_MARGIN, Timing, kept_of, rank_precision, rejected_lines
 from hpo.strategy._rows import SweepRow, table
 from hpo.strategy._warm_models import WarmModels, knobs_key
-from hpo.verify.machine_facts import MachineFacts
+from hpo.verify.stored import MachineFacts
 
 __all__ = ["make_decision"]
 

@@ -51,7 +51,7 @@ class Objective:
         from hpo.runtime.reference_folders import keeps_references
         from hpo.runtime.runners import worker_name
         from hpo.study.objective import Objective as TrialObjective  # imports torch
-        from hpo.verify.compared import ReferenceMemory
+        from hpo.verify.probing import ReferenceMemory
 
         self.space = as_space(space)
         # Every trial runs in this process: the probes' reference steps stay in its memory.

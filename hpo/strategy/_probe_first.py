@@ -28,9 +28,8 @@ from hpo.strategy._decision import make_decision
 from hpo.strategy._errors import NothingVerified
 from hpo.strategy._sweep import sweep
 from hpo.strategy._warm_models import WarmModels
-from hpo.verify.cache import StudyVerdicts
-from hpo.verify.machine_facts import MachineFacts
-from hpo.verify.steady import ONE_STEP
+from hpo.verify.stored import MachineFacts, StudyVerdicts
+from hpo.verify.timing import ONE_STEP
 
 __all__ = ["FAILED_ATTR", "LOCK_ATTR", "decide"]
 

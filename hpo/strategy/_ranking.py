@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.timing import DEFAULT_POLICY, StepTimes
 
 __all__ = [
     "NOISE_FLOOR",
@@ -51,7 +51,7 @@ class Timing:
     def spread(self) -> float:
         """How far apart this machine measured the same thing: the relative range of the fastest
         `DEFAULT_POLICY.window` repeats (noise only adds time: a slower repeat is the noise, not the
-        spread of the speed), as a steady timing's (`hpo.verify.steady.StepTimes.spread`)."""
+        spread of the speed), as a steady timing's (`hpo.verify.timing._steady.StepTimes.spread`)."""
         return StepTimes(self.times_ms, 0, DEFAULT_POLICY.window).spread
 
     @property

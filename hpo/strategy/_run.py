@@ -122,7 +122,7 @@ def ready_to_run(
     (`decide`; `NothingVerified` when it verified none). `hpo run` and `hpo worker` both call it."""
     from hpo.runtime.machine_check import NothingRunsHere, check_machine
     from hpo.strategy._probe_first import decide
-    from hpo.verify.not_runnable import nothing_left
+    from hpo.verify.machine import nothing_left
     from hpo.workloads.catalog import fetch_checkpoints
 
     fetch_checkpoints(space)  # a hub id the cache lacks, once, before this worker's first trial

@@ -30,10 +30,9 @@ from hpo.strategy._memory_fit import batch_ceiling
 from hpo.strategy._rows import SweepRow
 from hpo.strategy._warm_models import WarmModels
 from hpo.verdicts import Verdict
-from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key
-from hpo.verify.compared import ReferenceMemory
-from hpo.verify.machine_facts import MachineFacts
-from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy
+from hpo.verify.probing import ReferenceMemory
+from hpo.verify.stored import MachineFacts, MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key
+from hpo.verify.timing import DEFAULT_POLICY, TimingPolicy
 from hpo.workloads.catalog import create_workload
 
 _log = get_logger(__name__)

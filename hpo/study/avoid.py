@@ -17,14 +17,14 @@ mended, not redrawn:
 So the base sampler is asked exactly as often as without the wrapper. A `slow` verdict's part
 carries the batch size it was measured at, so it avoids the values at that batch size only. Only
 `incompatible` and `slow` verdicts are avoided, and an `oom` verdict that names its batch size
-(`hpo.trial.memory_budget`, predicted or real): its searched knobs at that batch size or any larger
+(`hpo.trial.memory_limit`, predicted or real): its searched knobs at that batch size or any larger
 one, since a larger batch never needs less memory. Divergence depends on the learning rate. A part
 that names a knob the study does not search (it is fixed) never matches a proposal, so it costs
 nothing; an empty part, which a verdict about training params alone would give, is dropped, or it
 would match every proposal.
 
 A worker also avoids what cannot run on its own machine (`avoiding_here`): the values and pairs
-`hpo.verify.runnable` found unrunnable there before its first trial (a missing package, a kernel
+`hpo.verify.machine._kernel_check` found unrunnable there before its first trial (a missing package, a kernel
 whose ops do not load, a device type, a known dtype refusal). They are not verdicts of the study:
 a worker on another machine of the same study may run them, so they are kept in this process only.
 """
@@ -45,7 +45,7 @@ from hpo.knobs.registry import KNOB_NAMES
 from hpo.records import RecordKey
 from hpo.storage.optuna_compat import trial_id_of
 from hpo.verdicts import Kind, Part, Verdict
-from hpo.verify.store import StudyVerdicts
+from hpo.verify.stored import StudyVerdicts
 
 __all__ = ["AvoidKnownFailures", "avoiding_here", "known_bad_parts"]
 

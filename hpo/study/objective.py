@@ -35,14 +35,14 @@ from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
 from hpo.trial.speed_record import workload_metric
 from hpo.verdicts import Kind
-from hpo.verify.cache import StudyVerdicts
-from hpo.verify.compared import KeptReferences
+from hpo.verify.probing import KeptReferences
+from hpo.verify.stored import StudyVerdicts
 
 
 class Objective:
     """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
     then records its process start as the `start` phase. `references` keeps the probes' reference
-    steps for the worker's later trials (`hpo.verify.compared`), if it keeps them.
+    steps for the worker's later trials (`hpo.verify.probing._kept_reference`), if it keeps them.
     `sampled_s` is how long its worker took to sample the trial's params, when it did."""
 
     def __init__(

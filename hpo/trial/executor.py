@@ -1,7 +1,7 @@
 """Run one trial config: verify its knobs (probe or cached verdict), train, and say what ran.
 
 Used by the Optuna objective and by `hpo train`; it knows nothing about Optuna. A verdict is the
-outcome only when the knobs are proven at fault (`hpo.verify.probe`, `hpo.verify.slow_proof`); any other
+outcome only when the knobs are proven at fault (`hpo.verify.probing._probe`, `hpo.verify.timing._slow_proof`); any other
 failure is raised as `TrialError`, with the trial's attrs and its traceback, and caches nothing.
 
 A trial is a short sequence of named steps (`_verify_and_train`), each taking the one `TrialRun`
@@ -22,7 +22,7 @@ from hpo.hardware.memory_cap import capped_process, is_out_of_memory
 from hpo.hardware.memory_model import limit_bytes
 from hpo.hardware.runtime import seed_everything, trial_runtime
 from hpo.records import RecordKey
-from hpo.trial.memory_budget import budget_memory, oom_part
+from hpo.trial.memory_limit import budget_memory, oom_part
 from hpo.trial.outcome import TrialOutcome, ended, known_verdict
 from hpo.trial.phases import Phases
 from hpo.trial.ranks import execute_ranks
@@ -31,11 +31,9 @@ from hpo.trial.slowdown import prove_too_slow, record_speed, slow_limit
 from hpo.trial.speed_record import objective_values, speed_attrs
 from hpo.trial.trainer import EvalCallback, TooSlow, TrainResult, train
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.cache import VerdictStore
-from hpo.verify.compared import KeptReferences
-from hpo.verify.probe import run_probe
-from hpo.verify.probe_result import ProbeResult, keep_probe
-from hpo.verify.slow import SlowLimit
+from hpo.verify.probing import KeptReferences, ProbeResult, keep_probe, run_probe
+from hpo.verify.stored import VerdictStore
+from hpo.verify.timing import SlowLimit
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["TrialOutcome", "execute"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from hpo.records import RecordKey
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.cache import VerdictStore, speed_key
+from hpo.verify.stored import VerdictStore, speed_key
 
 __all__ = ["TrialOutcome", "cached_verdict", "ended", "known_verdict"]
 

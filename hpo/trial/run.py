@@ -14,9 +14,9 @@ from hpo.hardware.runtime import resolve_device
 from hpo.records import RecordKey
 from hpo.trial.phases import Phases
 from hpo.trial.trainer import EvalCallback, TrainResult
-from hpo.verify.cache import VerdictStore, verdict_key
-from hpo.verify.compared import KeptReferences
-from hpo.verify.slow import SlowLimit
+from hpo.verify.probing import KeptReferences
+from hpo.verify.stored import VerdictStore, verdict_key
+from hpo.verify.timing import SlowLimit
 from hpo.workloads.base import Workload
 
 __all__ = ["TrialRun"]

@@ -10,11 +10,10 @@ from hpo.records import RecordKey
 from hpo.trial.run import TrialRun
 from hpo.trial.trainer import SLOW_CHECK_STEPS, TooSlow
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.cache import reference_key, speed_key
-from hpo.verify.probe_result import speed_fact
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.slow import SlowLimit
-from hpo.verify.slow_proof import SlowProof, prove_slow, time_side_by_side
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.probing import speed_fact
+from hpo.verify.stored import reference_key, speed_key
+from hpo.verify.timing import SlowLimit, SlowProof, prove_slow, time_side_by_side
 
 __all__ = ["RETIME_BELOW", "prove_too_slow", "record_speed", "slow_limit"]
 

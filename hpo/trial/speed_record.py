@@ -26,7 +26,7 @@ from hpo.hardware.peaks import utilization
 from hpo.hardware.probes import device_model
 from hpo.records import RecordKey
 from hpo.trial.trainer import TrainResult
-from hpo.verify.cache import VerdictStore, flops_key
+from hpo.verify.stored import VerdictStore, flops_key
 from hpo.workloads.base import Workload
 
 __all__ = ["MetricNotReturned", "objective_values", "speed_attrs", "workload_metric"]

@@ -1,6 +1,6 @@
 """The training loop of one trial: steps, evidence, guards, evaluation, timing, and the limits
 that end it: `max_steps`, the time budget (`budget_s`), the target, and the slow check (the fastest
-of the first `SLOW_CHECK_STEPS` steady steps against the reference's step, see `hpo.verify.slow`).
+of the first `SLOW_CHECK_STEPS` steady steps against the reference's step, see `hpo.verify.timing._slow_limit`).
 
 An ordinary step never waits for the device: no loss read, no synchronize. The host reads the
 device only at a check boundary: every `check_every` steps, at the profiled evidence step, at the
@@ -36,7 +36,7 @@ from hpo.hardware.allocator import release_freed_memory
 from hpo.hardware.step_timer import step_timer
 from hpo.trial.step_tally import StepTally
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.slow import SlowLimit
+from hpo.verify.timing import SlowLimit
 
 # Called after each evaluation with (step, metrics); raises to stop the trial (e.g. optuna.TrialPruned).
 EvalCallback = Callable[[int, dict[str, float]], None]

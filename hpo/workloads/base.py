@@ -50,7 +50,7 @@ class Workload(ABC):
     trainer: ClassVar[str] = "hpo"
     # Whether `build_model` or `training_loss` read `self.hparams` (the learning rate...). A
     # workload that says no lets the probe reuse the reference's compared step across trials that
-    # differ only in those (`hpo.verify.compared`); the safe default is yes.
+    # differ only in those (`hpo.verify.probing._kept_reference`); the safe default is yes.
     model_reads_hparams: ClassVar[bool] = True
 
     def __init__(self, options: WorkloadOptions):

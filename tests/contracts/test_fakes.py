@@ -17,9 +17,9 @@ from hpo.knobs.attention import attention_function, eager_attention
 from hpo.knobs.optimizers import build_optimizer, clear_grads
 from hpo.trial.executor import execute
 from hpo.verdicts import Kind
-from hpo.verify.known_failures import match_known_failure
-from hpo.verify.probe import run_probe
-from hpo.verify.store import MemoryVerdicts
+from hpo.verify.fault import match_known_failure
+from hpo.verify.probing import run_probe
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

@@ -14,7 +14,7 @@ from hpo.config.trial import Knobs, LoaderSettings
 from hpo.engine.loader import trial_loader
 from hpo.engine.loader_stream import batch_checksum
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 from hpo.workloads.dataset_batches import epochs
 
@@ -175,8 +175,7 @@ def test_workers_and_torch_threads_share_a_cpu_trials_cores():
 
 
 def test_dali_is_not_proposed_where_it_cannot_run_before_the_first_trial():
-    from hpo.verify.not_runnable import nothing_left
-    from hpo.verify.runnable import check_values
+    from hpo.verify.machine import check_values, nothing_left
 
     space = parse_space(
         {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"loader": ["torch", "dali"], "device": "cpu"}},

@@ -20,7 +20,7 @@ from hpo.hardware.memory import resident_bytes
 from hpo.hardware.memory_cap import capped_process, is_out_of_memory
 from hpo.trial.executor import execute
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]

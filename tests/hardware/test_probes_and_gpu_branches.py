@@ -81,7 +81,7 @@ def test_verdicts_are_shared_by_gpus_of_one_model_and_not_across_models(monkeypa
     """A verdict is keyed by the GPU's model, not its index: two H100s share one, an A100 does not."""
     from conftest import toy_config
 
-    from hpo.verify.cache import verdict_key
+    from hpo.verify.stored import verdict_key
 
     names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H100 80GB HBM3", 2: "NVIDIA A100-SXM4-80GB"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[torch.device(device).index])

@@ -103,7 +103,7 @@ def test_a_new_precision_is_one_spec_too(monkeypatch):
     sets the probe's bound, and the MFU peak times it, with no other table to edit."""
     from hpo.hardware import peaks
     from hpo.knobs.precision import precision_plugin
-    from hpo.verify.bounds import Errors, bound_from_floor
+    from hpo.verify.probing._bounds import Errors, bound_from_floor
 
     monkeypatch.setitem(registry.PRECISION_SPECS, "bf16_alt", BF16_ALT)
     plugin = precision_plugin("bf16_alt", "cpu")

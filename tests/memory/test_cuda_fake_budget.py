@@ -29,11 +29,11 @@ from hpo.hardware.memory import enforced_limit
 from hpo.hardware.memory_model import GB, limit_bytes
 from hpo.records import RecordKey
 from hpo.trial import executor
-from hpo.trial.memory_budget import budget_memory
+from hpo.trial.memory_limit import budget_memory
 from hpo.trial.phases import Phases
 from hpo.trial.run import TrialRun
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CUDA = torch.device("cuda")

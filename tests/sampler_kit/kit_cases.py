@@ -10,7 +10,7 @@ import pytest
 from optuna.testing.pytest_samplers import BasicSamplerTestCase, MultiObjectiveSamplerTestCase, RelativeSamplerTestCase
 
 from hpo.config.schema import SamplerSpec
-from hpo.runtime.budget import BindOnStart
+from hpo.runtime.ticket_claims import BindOnStart
 from hpo.study.avoid import AvoidKnownFailures
 from hpo.study.samplers import SAMPLERS
 

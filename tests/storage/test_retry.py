@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 from space_files import write_space
 
 from hpo.config.space import load_space
-from hpo.runtime.budget import recover, tickets_of
 from hpo.runtime.child import GuardedObjective
+from hpo.runtime.ticket_claims import recover, tickets_of
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import engine_of, storage_of, trial_id_of
 from hpo.storage.retry import MAX_RETRIES_ATTR, fail_crashed_trial

@@ -107,7 +107,7 @@ def test_the_race_warms_each_model_up_on_its_first_timing_only(monkeypatch):
     runs an untimed step; later ones only time (each untimed step of a MiniLM on one core cost 1.1 s).
     Equal times: both race until steady (`min_repeats` timings), neither is dropped."""
     from hpo.strategy import _race
-    from hpo.verify.steady import StepTimes
+    from hpo.verify.timing import StepTimes
 
     warmups: dict[str, list[int]] = {}
 

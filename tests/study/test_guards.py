@@ -15,7 +15,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.errors import TrialError, TrialRejected
 from hpo.trial.executor import execute
 from hpo.trial.trainer import train
-from hpo.verify.cache import MemoryVerdicts, verdict_key
+from hpo.verify.stored import MemoryVerdicts, verdict_key
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

@@ -17,7 +17,7 @@ from hpo.runtime.workers import run_worker
 from hpo.storage.optuna_compat import storage_of, study_id_of
 from hpo.study.avoid import AvoidKnownFailures, avoiding_here
 from hpo.study.create import create_or_resume
-from hpo.verify.not_runnable import nothing_left, searched_parts
+from hpo.verify.machine import nothing_left, searched_parts
 
 NOT_HERE = {"attention": {"sdpa_cudnn", "flash_attn", "xformers"}, "optimizer": {"apex"}}
 

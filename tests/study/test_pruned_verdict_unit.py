@@ -11,7 +11,7 @@ from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner
 from hpo.study.objective import _reporter
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 
 
 def _pruned_at(step: int, **training) -> PrunedByPruner:

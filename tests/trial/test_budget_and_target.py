@@ -22,7 +22,7 @@ from hpo.records import check_trial_attrs
 from hpo.runtime.workers import run_worker
 from hpo.study.create import create_or_resume
 from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 

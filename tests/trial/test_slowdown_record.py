@@ -13,7 +13,7 @@ from hpo.config.trial import Knobs
 from hpo.hardware.runtime import resolve_device
 from hpo.trial.executor import execute
 from hpo.trial.trainer import SLOW_CHECK_STEPS
-from hpo.verify.cache import MemoryVerdicts, reference_key
+from hpo.verify.stored import MemoryVerdicts, reference_key
 
 
 def _config(max_steps: int, compile_mode: str | bool = False):
@@ -76,8 +76,8 @@ def test_the_reference_timing_records_when_it_ended():
 
     from hpo.config.trial import TrainingConfig
     from hpo.engine.assembly import AssembledModel
-    from hpo.verify.reference import time_reference
-    from hpo.verify.reference_knobs import REFERENCE_KNOBS
+    from hpo.verify.fault import REFERENCE_KNOBS
+    from hpo.verify.timing import time_reference
     from hpo.workloads.catalog import create_workload
 
     workload = create_workload("toy_workloads:Toy", {"n_blocks": 1})

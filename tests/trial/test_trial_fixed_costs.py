@@ -17,7 +17,7 @@ from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.trial.executor import execute
 from hpo.trial.phases import Phases
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 from toy_workloads import PretrainedToy
 
 KNOBS = Knobs(precision="bf16", attention="sdpa", optimizer="foreach")
@@ -133,9 +133,9 @@ def _forwards(monkeypatch) -> list[tuple[int, bool]]:
 
 def test_the_probe_compares_a_few_samples_and_times_the_reference_once_per_study(monkeypatch):
     from hpo.hardware.runtime import resolve_device
-    from hpo.verify.cache import reference_key
-    from hpo.verify.probe import PROBE_SAMPLES
-    from hpo.verify.reference import MAX_STEPS
+    from hpo.verify.probing._probe import PROBE_SAMPLES
+    from hpo.verify.stored import reference_key
+    from hpo.verify.timing._reference_time import MAX_STEPS
 
     seen, verdicts = _forwards(monkeypatch), MemoryVerdicts()
     assert execute(_config(), verdicts).ok
@@ -210,8 +210,8 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
     caches no verdict."""
     import hpo.trial.slowdown as slowdown
     from hpo.hardware.runtime import resolve_device
-    from hpo.verify.cache import reference_key
-    from hpo.verify.slow_proof import SlowProof
+    from hpo.verify.stored import reference_key
+    from hpo.verify.timing import SlowProof
 
     plain_config = _config(dropout=0.3)  # dropout on: any leftover weights, optimizer state or RNG shows
     config, verdicts = dataclasses.replace(plain_config, skip_slow=True), MemoryVerdicts()

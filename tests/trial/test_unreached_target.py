@@ -13,7 +13,7 @@ from conftest import toy_config
 from hpo.config.trial import Target
 from hpo.trial.speed_record import objective_values, speed_attrs
 from hpo.trial.trainer import TrainResult
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

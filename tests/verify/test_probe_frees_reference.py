@@ -16,8 +16,8 @@ from conftest import toy_config
 from hpo.config.trial import Knobs
 from hpo.engine.assembly import AssembledModel
 from hpo.trial import executor
-from hpo.verify import probe as probe_module
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.probing import _probe as probe_module
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 TRIAL_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")

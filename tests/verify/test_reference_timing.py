@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hpo.hardware import allocator
-from hpo.verify import reference
-from hpo.verify.reference import MAX_STEPS, MIN_TIMED_S, full_step_bytes, time_until_steady
+from hpo.verify.timing import _reference_time as reference
+from hpo.verify.timing._reference_time import MAX_STEPS, MIN_TIMED_S, full_step_bytes, time_until_steady
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -76,8 +76,8 @@ from hpo.engine.assembly import AssembledModel
 from hpo.engine.step import run_step
 from hpo.hardware import allocator
 from hpo.hardware.memory import resident_bytes
-from hpo.verify import reference
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.timing import _reference_time as reference
+from hpo.verify.fault._reference_knobs import REFERENCE_KNOBS
 from hpo.workloads.catalog import create_workload
 
 allocator.keep_freed_memory()
@@ -121,7 +121,7 @@ def test_every_reference_step_run_is_a_timed_one(monkeypatch):
 
     from hpo.config.trial import TrainingConfig
     from hpo.engine.assembly import AssembledModel
-    from hpo.verify.reference_knobs import REFERENCE_KNOBS
+    from hpo.verify.fault import REFERENCE_KNOBS
     from hpo.workloads.catalog import create_workload
 
     run = []

@@ -1,5 +1,5 @@
 """A `slow` verdict needs the knobs slow against the reference in every round of the proof
-(`hpo.verify.slow_proof.PROOF_ROUNDS`): a burst of load in one round, or a quiet round among slow ones,
+(`hpo.verify.timing._slow_proof.PROOF_ROUNDS`): a burst of load in one round, or a quiet round among slow ones,
 proves nothing. Timings are injected (`time_model`, the proof's steady timing of a built model,
 returns scripted step times), so each case is deterministic, whatever the machine's load. The round
 counts are written out: a test that read them from PROOF_ROUNDS would pass whatever it became."""
@@ -15,11 +15,11 @@ from conftest import judged_despite_noise, slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
-from hpo.verify import side_by_side, steady
-from hpo.verify import slow_proof as speed
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.slow import SlowLimit
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.timing import DEFAULT_POLICY, SlowLimit, StepTimes
+from hpo.verify.timing import _side_by_side as side_by_side
+from hpo.verify.timing import _slow_proof as speed
+from hpo.verify.timing import _steady as steady
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -243,9 +243,9 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
     model (one step after an untimed one, as probe_first's sweep does), finds it over the limit, and
     the proof it runs gets that very model and those very steps: its first round times no step of
     the knobs again."""
-    import hpo.verify.probe as probe
-    from hpo.verify.cache import MemoryVerdicts
-    from hpo.verify.steady import ONE_STEP
+    import hpo.verify.probing._probe as probe
+    from hpo.verify.stored import MemoryVerdicts
+    from hpo.verify.timing import ONE_STEP
 
     slow_foreach_adamw(monkeypatch, 0.5)
     handed: list[dict] = []
@@ -324,9 +324,9 @@ def test_the_knobs_steps_are_stopped_past_the_limit_and_the_verdict_says_at_leas
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_probe_stops_a_slow_step_at_the_limit_and_records_its_time_as_a_lower_bound(monkeypatch):
-    import hpo.verify.probe as probe
-    from hpo.verify.cache import MemoryVerdicts
-    from hpo.verify.steady import ONE_STEP
+    import hpo.verify.probing._probe as probe
+    from hpo.verify.stored import MemoryVerdicts
+    from hpo.verify.timing import ONE_STEP
 
     per_step = _sleeping_sdpa(monkeypatch, 0.5)
     config = dataclasses.replace(toy_config(SDPA_KNOBS, **LONGER), skip_slow=True)
@@ -345,8 +345,8 @@ def test_a_probe_step_stopped_against_a_quieter_reference_is_timed_whole_when_th
     """Fault: the stored reference time is 1 us (timed, say, when the machine was idle), so the
     probe's step of plain knobs is stopped at once; timed beside the reference now they are not
     slow, and the probe records a whole step of them, not the stopped one."""
-    import hpo.verify.probe as probe
-    from hpo.verify.cache import MemoryVerdicts, reference_key
+    import hpo.verify.probing._probe as probe
+    from hpo.verify.stored import MemoryVerdicts, reference_key
 
     config = dataclasses.replace(toy_config(KNOBS), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)

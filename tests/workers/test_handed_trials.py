@@ -12,9 +12,9 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from hpo.runtime import handed
-from hpo.runtime.budget import bind_ticket, tickets_of
 from hpo.runtime.child import run_one_trial
 from hpo.runtime.handed import ask_in_worker
+from hpo.runtime.ticket_claims import bind_ticket, tickets_of
 from hpo.storage.open import open_storage
 from hpo.storage.optuna_compat import trial_id_of
 from hpo.study.create import open_hpo_study

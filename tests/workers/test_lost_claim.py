@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from space_files import write_space
 
 from hpo.config.space import load_space
-from hpo.runtime.budget import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
+from hpo.runtime.ticket_claims import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
 from hpo.storage.open import open_storage
 from hpo.study.create import create_or_resume
 from worker_harness import ROOT, STUDY, create_study, hpo_env, space_file, tickets, trials
@@ -71,7 +71,7 @@ def test_a_waiting_retry_taken_on_a_reaped_claim_goes_back_to_the_queue(study):
 CHILD_ON_A_REAPED_CLAIM = """
 import sys
 from hpo.storage.open import open_storage
-from hpo.runtime.budget import ClaimKeeper, tickets_of
+from hpo.runtime.ticket_claims import ClaimKeeper, tickets_of
 from hpo.study.create import open_hpo_study
 from hpo.runtime.child_trials import ChildTrials
 

@@ -2,7 +2,7 @@
 reference's step is rejected as `slow`, at its batch size: a combination that is overhead-bound
 at batch 8 may pay off at batch 128, so the verdict implicates the batch size with the knob values
 (the sampler wrapper ignores it where the study fixes the batch size). Which of several differing
-values is slow is proven by timing them one at a time (`hpo.verify.slow_proof.prove_slow`).
+values is slow is proven by timing them one at a time (`hpo.verify.timing.prove_slow`).
 
 The reference's step time is measured once per model, batch size and device and kept in the
 verdict store (`reference_key`). A trial's own step time comes from its first steady training
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.reference_knobs import differing_from_reference
+from hpo.verify.fault import differing_from_reference
 
 __all__ = ["SlowLimit"]
 

@@ -17,9 +17,9 @@ import dataclasses
 from hpo.config.trial import TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.hardware.memory_model import GB, limit_bytes
-from hpo.verify.cache import VerdictStore, verdict_key
-from hpo.verify.peak_fit import fitted_peaks
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.peaks._peak_fit import fitted_peaks
+from hpo.verify.stored import VerdictStore, verdict_key
 
 __all__ = ["reference_over_limit"]
 

@@ -33,8 +33,8 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.hardware.probes import device_model
 from hpo.logging import get_logger
-from hpo.verify.bounds import Errors
-from hpo.verify.cache import package_versions
+from hpo.verify.probing._bounds import Errors
+from hpo.verify.stored import package_versions
 from hpo.workloads.base import Workload
 
 _log = get_logger(__name__)
@@ -47,7 +47,7 @@ class ComparedReference:
     """The reference's compared step: its loss, its fp32 gradients (in parameter order), the
     initial weights (the state dict) it started from, which the trial loads, and how many samples
     it ran on. `floors` fills in as probes measure the model's rounding floor per precision
-    (`hpo.verify.bounds`)."""
+    (`hpo.verify.probing._bounds`)."""
 
     loss: float
     grads: list[torch.Tensor]
@@ -55,7 +55,7 @@ class ComparedReference:
     samples: int
     floors: dict[str, Errors] = field(default_factory=dict)
     # Why the step is no fp32/eager reference (it ran another kernel or dtype): comparisons against
-    # it judge nothing (`hpo.verify.reference_knobs.ran_other_than_reference`). None: its own knobs were observed as asked.
+    # it judge nothing (`hpo.verify.fault.ran_other_than_reference`). None: its own knobs were observed as asked.
     ran_other: str | None = None
 
     def on_host(self) -> ComparedReference:
@@ -87,7 +87,7 @@ def compared_key(workload: Workload, config: TrialConfig, device: torch.device) 
     """What the reference's compared step depends on: the model (workload and options), the seed,
     the compared batch (a compiled trial's is its training batch), the device and the software; the
     training hyperparameters only when the workload's model reads them. How many samples the
-    compared step takes otherwise follows from the model (`hpo.verify.probe.compared_samples`) and
+    compared step takes otherwise follows from the model (`hpo.verify.probing._probe.compared_samples`) and
     is kept with it."""
     facts = {
         "compared": True,

@@ -13,7 +13,7 @@ import torch
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.step import NonFiniteLoss, run_step
-from hpo.errors import HpoError, KnobUnavailable, TrialRejected
+from hpo.errors import HpoError, KnobUnavailable, TrialRejected, real_cause
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.memory_cap import is_out_of_memory
@@ -21,14 +21,18 @@ from hpo.knobs.optimizers import learning_rate_zero
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_div, foreach_norm
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.blame import isolate
-from hpo.verify.bounds import NO_FLOOR, Errors, NumericBound, bound_from_floor, relative_errors
-from hpo.verify.compared import ComparedReference
-from hpo.verify.dropout_off import train_mode_without_dropout
-from hpo.verify.known_failures import is_sticky_device_error, match_known_failure, real_cause
-from hpo.verify.probe_result import ProbeResult
-from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
-from hpo.verify.rounding import FP32_MANTISSA_BITS, RoundedTo
+from hpo.verify.fault import (
+    REFERENCE_KNOBS,
+    differing_from_reference,
+    is_sticky_device_error,
+    isolate,
+    match_known_failure,
+)
+from hpo.verify.probing._bounds import NO_FLOOR, Errors, NumericBound, bound_from_floor, relative_errors
+from hpo.verify.probing._dropout_off import train_mode_without_dropout
+from hpo.verify.probing._kept_reference import ComparedReference
+from hpo.verify.probing._result import ProbeResult
+from hpo.verify.probing._rounding import FP32_MANTISSA_BITS, RoundedTo
 from hpo.workloads.base import Batch, Workload
 
 __all__ = ["ComparedSteps", "NotReproduced", "backed_off", "loss_and_grads", "rounding_floor"]
@@ -202,7 +206,7 @@ def backed_off(trial: AssembledModel, batch: Batch, loss: float, grads: list[tor
 def loss_and_grads(assembled: AssembledModel, batch: Batch) -> tuple[float, list[torch.Tensor]]:
     """The compared step, without an update: its loss and unscaled gradients, which stay on the
     parameters as well (the trial's update then runs on them). In train mode, the mode training
-    runs in, with dropout off: the comparison must see the same function (`hpo.verify.dropout_off`)."""
+    runs in, with dropout off: the comparison must see the same function (`hpo.verify.probing._dropout_off`)."""
     with train_mode_without_dropout(assembled.model):
         loss = run_step(assembled, batch, step=0, update=False)
     scale = assembled.scaler.get_scale() if assembled.scaler else 1.0
@@ -226,7 +230,7 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
 
 def rounding_floor(reference: AssembledModel, batch: Batch, precision: str, plain: ComparedReference | None = None) -> Errors:
     """The reference model's errors against its own plain fp32 step on `batch` when every value it
-    computes is rounded to `precision`'s mantissa (`hpo.verify.rounding`): what rounding alone
+    computes is rounded to `precision`'s mantissa (`hpo.verify.probing._rounding`): what rounding alone
     explains on this model. The plain step runs here too, from the weights `reference` holds, unless
     `plain` is that very step (the reference has just run it), so a floor owes nothing to a kept
     reference it will judge a trial against. The gradients are left on no parameter."""

@@ -5,9 +5,9 @@ bf16 without avx512_bf16 or AMX, and fp16 without avx512_fp16 or AMX-FP16, run a
 first study several emulated steps per proof: 45-50 s of a MiniLM study's 300 s on an AVX2 host.
 So it is measured once per machine, on the kernels a trial runs (a Linear layer's forward and
 backward under autocast, beside the same in fp32, interleaved and steady), and kept in the machine
-facts with its ratio and date (`hpo.verify.machine_facts`). A study then rejects the precision for
+facts with its ratio and date (`hpo.verify.stored._machine_facts`). A study then rejects the precision for
 every model, unless the stored ratio is under EMULATED_SLOW_FROM: a measured ratio that low leaves
-the judgment to the per-model proof (`hpo.verify.slow_proof`). `hpo probe --fresh` measures again.
+the judgment to the per-model proof (`hpo.verify.timing._slow_proof`). `hpo probe --fresh` measures again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hpo.hardware.probes import cpu_model
 from hpo.hardware.runtime import torch_threads
 from hpo.torch_compat import cpu_has_native_bf16, cpu_has_native_fp16
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.machine_facts import MachineFacts
+from hpo.verify.stored import MachineFacts
 
 __all__ = ["EMULATED_SLOW_FROM", "emulated_slow", "emulation_fact", "measure_emulation"]
 

@@ -1,5 +1,5 @@
 """Verdict cache: one probe per (model signature, knobs, device model, software versions), shared by
-every worker of a study through the study's own storage (`hpo.verify.store`), and the keys of the
+every worker of a study through the study's own storage (`hpo.verify.stored._verdict_store`), and the keys of the
 measurements shared beside the verdicts (the reference's step time, a model's FLOPs)."""
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import torch
 from hpo import __version__
 from hpo.config.trial import TrialConfig
 from hpo.hardware.probes import device_model
-
-# The stores live in a torch-free module (the sampler wrapper reads them); re-exported here.
-from hpo.verify.store import FLOPS_PREFIX, REFERENCE_PREFIX, VERDICT_PREFIX, MemoryVerdicts, StudyVerdicts, VerdictStore
+from hpo.verify.stored._verdict_store import FLOPS_PREFIX, REFERENCE_PREFIX
 
 _VERSIONED_PACKAGES = ("transformers", "flash-attn", "xformers", "apex")
 
@@ -80,16 +78,4 @@ def speed_key(key: str, batch_size: int) -> str:
     return f"{key}-b{batch_size}"
 
 
-__all__ = [
-    "FLOPS_PREFIX",
-    "REFERENCE_PREFIX",
-    "VERDICT_PREFIX",
-    "MemoryVerdicts",
-    "StudyVerdicts",
-    "VerdictStore",
-    "flops_key",
-    "package_versions",
-    "reference_key",
-    "speed_key",
-    "verdict_key",
-]
+__all__ = ["flops_key", "package_versions", "reference_key", "speed_key", "verdict_key"]

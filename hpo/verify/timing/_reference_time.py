@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from hpo.engine.assembly import AssembledModel
 from hpo.hardware.allocator import Prefault, page_faults, prefault_heap
 from hpo.hardware.runtime import synchronize
-from hpo.verify.steady import timed_step
+from hpo.verify.timing._steady import timed_step
 from hpo.workloads.base import Batch
 
 __all__ = ["ReferenceTiming", "full_step_bytes", "time_reference", "time_until_steady"]
@@ -83,14 +83,14 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
         param_bytes = sum(p.numel() * p.element_size() for p in reference.model.parameters() if p.requires_grad)
         prefault = prefault_heap(full_step_bytes(param_bytes, compared_growth, batch_size, compared_size))
     moved = reference.move(batch)
-    # No untimed step first, unlike `hpo.verify.steady`'s policy for trials: the rule that ends this
+    # No untimed step first, unlike `hpo.verify.timing._steady`'s policy for trials: the rule that ends this
     # timing already keeps a cold first step from being the one it stops on. Where the prefault
     # measured its faults, a step that faulted memory in is not steady; elsewhere (CUDA, whose first
     # step initialises cuBLAS and the allocator) the first step never is. An untimed step on top cost
     # the study's first probe one full reference step (0.16 of 0.77 s, the default causal_lm model at
     # batch 32 on a 2-core EPYC, 2026-11-26). What a steady first step may still carry (the
     # optimizer's state, created on it) only makes the reference slower: the check errs towards
-    # passing, and no `slow` verdict is given before `hpo.verify.slow_proof` times both sides again.
+    # passing, and no `slow` verdict is given before `hpo.verify.timing._slow_proof` times both sides again.
     steps = iter(range(MAX_STEPS))
 
     def step() -> tuple[float, int]:

@@ -1,6 +1,6 @@
 """The knobs every probe compares a trial with, fp32/eager/for-loop, and what differs from them: the
 values a measured verdict (too slow, too far off) can implicate, which a differential run then
-narrows to the value or pair at fault (`hpo.verify.blame`). And whether a reference step really ran
+narrows to the value or pair at fault (`hpo.verify.fault._differential`). And whether a reference step really ran
 them: a workload that ignores a knob (a wrapper that lets transformers pick SDPA) runs something
 else as the "reference", and a trial compared with it would pass with an error of exactly 0."""
 

@@ -1,5 +1,5 @@
 """What a machine cannot run, as data: the values and (attention, precision) pairs
-`hpo.verify.runnable` found on it, and the set logic a worker needs from them. Imports no torch:
+`hpo.verify.machine._kernel_check` found on it, and the set logic a worker needs from them. Imports no torch:
 a worker keeps torch out of its own process and checks its machine in a child
 (`hpo.runtime.machine_check`)."""
 

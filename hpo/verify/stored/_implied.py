@@ -2,7 +2,7 @@
 at a batch size) was already proven at fault on this device, in another combination.
 
 `hpo probe` asks this before probing each combination. On a CPU without avx512_bf16, bf16 is proven
-`slow` once (`hpo.verify.slow_proof.prove_slow` blames `precision=bf16` alone); every other bf16
+`slow` once (`hpo.verify.timing.prove_slow` blames `precision=bf16` alone); every other bf16
 combination would only repeat that proof, at up to ten times the reference's step time each. The
 sampler's wrapper (`hpo.study.avoid`) already never proposes such a combination; the sweep now
 skips it the same way, and says so in its row rather than claiming a measurement.
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpo.verdicts import Part, Verdict
-from hpo.verify.store import VerdictStore
+from hpo.verify.stored._verdict_store import VerdictStore
 
 __all__ = ["implied_failure"]
 

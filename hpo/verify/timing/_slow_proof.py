@@ -35,11 +35,10 @@ from hpo.config.trial import Knobs, TrialConfig
 from hpo.engine.assembly import AssembledModel
 from hpo.hardware.runtime import seed_everything
 from hpo.verdicts import Verdict
-from hpo.verify.blame import isolate
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.side_by_side import MAX_REFERENCE_SPREAD, SideBySide
-from hpo.verify.slow import SlowLimit
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes, TimingPolicy, time_model
+from hpo.verify.fault import REFERENCE_KNOBS, isolate
+from hpo.verify.timing._side_by_side import MAX_REFERENCE_SPREAD, SideBySide
+from hpo.verify.timing._slow_limit import SlowLimit
+from hpo.verify.timing._steady import DEFAULT_POLICY, StepTimes, TimingPolicy, time_model
 from hpo.workloads.base import Batch, Workload
 
 __all__ = ["MAX_REFERENCE_SPREAD", "SideBySideTiming", "SlowProof", "prove_slow", "time_knobs", "time_side_by_side"]

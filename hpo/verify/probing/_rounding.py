@@ -4,7 +4,7 @@ The model runs in fp32 with every op's floating inputs and outputs rounded to th
 mantissa (`RoundedTo`), forward and backward: what the model computes when each value it handles
 keeps only as many significant bits as bf16 or fp16 keep, with no low-precision kernel involved.
 Its loss and gradients, against the plain fp32 step on the same samples and weights, give the
-model's own rounding floor (`hpo.verify.bounds`). A model whose normalisation divides by a small
+model's own rounding floor (`hpo.verify.probing._bounds`). A model whose normalisation divides by a small
 batch's spread (BatchNorm in train mode) or whose logits are large amplifies rounding; the floor
 measures that amplification instead of assuming one constant per precision.
 

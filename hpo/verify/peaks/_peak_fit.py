@@ -30,7 +30,7 @@ from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed
 from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.memory_model import PeakModel, fit_peaks
 from hpo.knobs.optimizers import learning_rate_zero
-from hpo.verify.cache import VerdictStore
+from hpo.verify.stored import VerdictStore
 from hpo.workloads.base import Workload
 
 __all__ = ["AUTO_HEADROOM", "FIT_SHARE", "fit_batches", "fit_ceiling", "fitted_peaks", "measure_peaks", "memory_key"]

@@ -3,7 +3,7 @@
 A verdict is cached for the whole study and steers every sampler away from what it implicates, so
 it must implicate only what a run has shown to fail. The fp32/eager/for-loop reference has passed
 the step (the probe ran it, or an earlier probe of the same model did); the trial's knobs failed it
-in a way no upstream contract names (`hpo.verify.known_failures` covers those). So the values that
+in a way no upstream contract names (`hpo.verify.fault._known_failures` covers those). So the values that
 differ from the reference are tried from the reference, one at a time, then in pairs: the first
 subset that fails by itself is what the verdict implicates. When no smaller subset fails, the whole
 combination is tried again: failing again, it is implicated as a whole; passing, the first failure
@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Verdict
-from hpo.verify.reference_knobs import REFERENCE_KNOBS, differing_from_reference
+from hpo.verify.fault._reference_knobs import REFERENCE_KNOBS, differing_from_reference
 
 __all__ = ["Attempt", "candidate_subsets", "isolate", "with_values"]
 

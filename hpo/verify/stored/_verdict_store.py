@@ -3,7 +3,7 @@
 benchmarks.
 
 A knob verdict or speed fact is kept as `verdict:<key>`. The measurements kept beside them are not
-verdicts and have prefixes of their own, carried by their keys (`hpo.verify.cache`): the fp32
+verdicts and have prefixes of their own, carried by their keys (`hpo.verify.stored._keys`): the fp32
 reference's step time as `reference:<key>`, a model's FLOPs per sample as `flops:<key>`. Studies
 written by earlier builds of hpo hold those two under `verdict:reference-<key>` and
 `verdict:flops-reference-<key>`; reading still finds them there.
@@ -40,7 +40,7 @@ def attr_names(key: str) -> tuple[str, ...]:
 class VerdictStore(Protocol):
     """`put` records a measurement anyone may refresh (the reference's step time); `add` records a
     fact only if none is recorded under its key yet, so a later write never erases another
-    worker's verdict. Each fact has a key of its own (`hpo.verify.cache`); a measurement's key
+    worker's verdict. Each fact has a key of its own (`hpo.verify.stored._keys`); a measurement's key
     starts with its prefix (`reference:`, `flops:`), a verdict's has none."""
 
     def get(self, key: str) -> dict | None: ...

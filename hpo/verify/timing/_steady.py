@@ -32,7 +32,7 @@ import torch
 from hpo.engine.assembly import AssembledModel
 from hpo.engine.step import NonFiniteLoss, run_step
 from hpo.hardware.runtime import synchronize
-from hpo.verify.step_deadline import Outlasted, StepDeadline, deadline_for
+from hpo.verify.timing._step_deadline import Outlasted, StepDeadline, deadline_for
 from hpo.workloads.base import Batch
 
 __all__ = ["DEFAULT_POLICY", "ONE_STEP", "StepTimes", "TimingPolicy", "time_model", "time_steps", "timed_step"]
@@ -91,7 +91,7 @@ DEFAULT_POLICY = TimingPolicy()
 # combination so, and its race repeats only those that could still win until they are steady under
 # DEFAULT_POLICY (`hpo.app.probe_first`). A single step is an upper bound of the step time (noise
 # only adds time), so it can clear a combination of `slow`, never convict it: that is the steady
-# proof's (`hpo.verify.slow_proof`).
+# proof's (`hpo.verify.timing._slow_proof`).
 ONE_STEP = DEFAULT_POLICY.one_step()
 
 
@@ -171,7 +171,7 @@ def time_model(
     assembled: AssembledModel, batch: Batch, policy: TimingPolicy = DEFAULT_POLICY, stop_past_ms: float | None = None
 ) -> StepTimes:
     """The training steps of `assembled` on `batch` (updates included), in train mode, as it trains.
-    `stop_past_ms`: a step still running after this long is stopped (`hpo.verify.step_deadline`;
+    `stop_past_ms`: a step still running after this long is stopped (`hpo.verify.timing._step_deadline`;
     never a compiled model's), for a timing that only asks whether the steps are over it."""
     moved = assembled.move(batch)
     assembled.model.train()

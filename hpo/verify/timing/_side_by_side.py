@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 
 from hpo.engine.assembly import AssembledModel
-from hpo.verify.slow import SlowLimit
-from hpo.verify.steady import StepTimes, TimingPolicy, time_model
+from hpo.verify.timing._slow_limit import SlowLimit
+from hpo.verify.timing._steady import StepTimes, TimingPolicy, time_model
 from hpo.workloads.base import Batch
 
 __all__ = ["MAX_REFERENCE_SPREAD", "KnobsSteps", "SideBySide", "decides"]

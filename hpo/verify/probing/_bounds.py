@@ -2,7 +2,7 @@
 
 A bound is measured on the model in front of the probe, not assumed per precision. The model's
 rounding floor is the relative error of the reference's own step when every value it computes is
-rounded to the trial precision's mantissa (`hpo.verify.rounding`): what rounding alone explains on
+rounded to the trial precision's mantissa (`hpo.verify.probing._rounding`): what rounding alone explains on
 this model and these samples. The bound is that floor times FLOOR_FACTOR, and never under a few
 units of the precision's roundoff or the slack every kernel swap needs, nor above ORDER_ONE.
 
@@ -26,7 +26,7 @@ import torch
 
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_norm, foreach_sub
-from hpo.verify.rounding import FP32_MANTISSA_BITS
+from hpo.verify.probing._rounding import FP32_MANTISSA_BITS
 
 __all__ = ["FLOOR_FACTOR", "NO_FLOOR", "ORDER_ONE", "Errors", "NumericBound", "bound_from_floor", "relative_errors"]
 

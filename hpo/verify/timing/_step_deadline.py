@@ -1,5 +1,5 @@
 """Stopping a timed step once it has run longer than a bound, for timings that only need to know
-whether a step is over a limit (`hpo.verify.slow_proof`): a bf16 MiniLM step on a CPU without
+whether a step is over a limit (`hpo.verify.timing._slow_proof`): a bf16 MiniLM step on a CPU without
 avx512_bf16 takes 17 s, and proving it over 5x the 1.1 s fp32 one needs 5.5 s of it, not 17.
 
 A step's time is at least the time already spent in it, so a step stopped at a module's forward or

@@ -4,7 +4,7 @@
 A value cannot run here when its registry spec's needs say so (`hpo.knobs.registry.Needs`: an
 optional package that is missing, a device type its kernels do not exist for, a capability probe
 that says no), or when its kernel, run once forward and backward on a few small tensors, fails with
-a refusal `hpo.verify.known_failures` knows. xformers 0.0.35 built for another torch imports, but
+a refusal `hpo.verify.fault._known_failures` knows. xformers 0.0.35 built for another torch imports, but
 its dispatcher finds no operator; only running it shows that. The kernel of an attention value
 with needs is run in each precision, so a refusal of one dtype (fp32 with sdpa_flash or sdpa_cudnn
 on CUDA, fp32 with flash-attn) excludes that (attention, precision) pair only; refused in every
@@ -27,9 +27,8 @@ from hpo.errors import KnobUnavailable
 from hpo.hardware import probes
 from hpo.knobs.registry import KNOBS, LOADER_SPECS, Needs, spec_for
 from hpo.verdicts import Verdict
-from hpo.verify.known_failures import match_known_failure
-from hpo.verify.not_runnable import CHECKED_KNOBS, MachineCheck, NotRunnable
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.fault import REFERENCE_KNOBS, match_known_failure
+from hpo.verify.machine._check_result import CHECKED_KNOBS, MachineCheck, NotRunnable
 
 __all__ = ["check_values", "registry_values", "value_capability"]
 

@@ -2,7 +2,7 @@
 
 Per knob combination a peak model (`hpo.hardware.memory_model`) is fitted to the peaks of real
 steps on the trial's model, starting at the smallest batch and growing only while the fit predicts
-the next size fits (`hpo.verify.peak_fit`), and kept in the study's verdict store beside the knobs'
+the next size fits (`hpo.verify.peaks._peak_fit`), and kept in the study's verdict store beside the knobs'
 verdict: a later trial of the same combination reads it, and steps only to grow it towards a larger
 batch. Then:
 
@@ -35,9 +35,9 @@ from hpo.records import RecordKey
 from hpo.trial.outcome import TrialOutcome, ended
 from hpo.trial.run import TrialRun
 from hpo.verdicts import Kind, Verdict
-from hpo.verify import peak_fit
-from hpo.verify.cache import VerdictStore
-from hpo.verify.peak_fit import AUTO_HEADROOM, fit_batches, measure_peaks, memory_key
+from hpo.verify import peaks as verify_peaks
+from hpo.verify.peaks import AUTO_HEADROOM, fit_batches, measure_peaks, memory_key
+from hpo.verify.stored import VerdictStore
 from hpo.workloads.base import Workload
 
 __all__ = [
@@ -105,7 +105,7 @@ def _gb(size: float) -> str:
 
 
 def _peak_model(run: TrialRun, limit: int) -> PeakModel:
-    return peak_fit.fitted_peaks(run.verdicts, memory_key(run.key), lambda: _model(run), run.workload, run.config, limit)
+    return verify_peaks.fitted_peaks(run.verdicts, memory_key(run.key), lambda: _model(run), run.workload, run.config, limit)
 
 
 def fitted_peaks(
@@ -116,14 +116,14 @@ def fitted_peaks(
     config: TrialConfig,
     limit: int | None = None,
 ) -> PeakModel:
-    """The peak model of the knob combination whose verdict is at `key` (`hpo.verify.peak_fit`),
+    """The peak model of the knob combination whose verdict is at `key` (`hpo.verify.peaks._peak_fit`),
     grown within `limit`; the study's limit on the built model's device when none is given."""
     if limit is None and config.memory_limit_gb is not None:
         limit = int(config.memory_limit_gb * GB)
     elif limit is None:  # the device's default: known once the model is built on it
         built = model()
         limit, model = limit_bytes(built.device, None), lambda: built
-    return peak_fit.fitted_peaks(store, memory_key(key), model, workload, config, limit)
+    return verify_peaks.fitted_peaks(store, memory_key(key), model, workload, config, limit)
 
 
 def auto_batch_fitting(peaks: PeakModel, limit: int, auto: AutoBatch, ceiling: int | None = None) -> int:

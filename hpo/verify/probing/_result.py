@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from hpo.engine.assembly import AssembledModel
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.bounds import Errors, NumericBound
-from hpo.verify.cache import VerdictStore, speed_key
+from hpo.verify.probing._bounds import Errors, NumericBound
+from hpo.verify.stored import VerdictStore, speed_key
 
 __all__ = ["ProbeResult", "keep_probe", "speed_fact"]
 
@@ -19,7 +19,7 @@ class ProbeResult:
     loss_rel_err: float | None = None
     grad_rel_err: float | None = None
     # What rounding alone gives on this model under the trial's precision, and the bounds the
-    # errors were judged against (`hpo.verify.bounds`).
+    # errors were judged against (`hpo.verify.probing._bounds`).
     loss_floor: float | None = None
     grad_floor: float | None = None
     loss_bound: float | None = None
@@ -27,9 +27,9 @@ class ProbeResult:
     slowdown: float | None = None
     reference_step_ms: float | None = None
     trial_step_ms: float | None = None  # the fastest of the timed steady steps
-    trial_steps_ms: list[float] | None = None  # every timed step, after the untimed ones (`hpo.verify.steady`)
+    trial_steps_ms: list[float] | None = None  # every timed step, after the untimed ones (`hpo.verify.timing._steady`)
     # trial_step_ms (and slowdown) are a lower bound: the step was stopped past the slow limit, and
-    # proven slow (`hpo.verify.step_deadline`).
+    # proven slow (`hpo.verify.timing._step_deadline`).
     trial_step_stopped: bool = False
     peak_mem_mb: float | None = None  # the probe's own peak for the trial's model (see MemoryMeter)
     observed: dict = field(default_factory=dict)
@@ -37,13 +37,13 @@ class ProbeResult:
     reference_reused: bool = False  # the reference's compared step was read from an earlier probe's
     # How the verdict was proven: "contract" (a known upstream failure), "evidence" (a knob ran as
     # something else), "differential" (the reference passes where these knobs fail), "machine fact" (a
-    # precision this CPU emulates, `hpo.verify.emulated`). None when ok.
+    # precision this CPU emulates, `hpo.verify.timing._emulated`). None when ok.
     blame: str | None = None
     # A timed probe's `slow` verdict at the trial's batch size, apart from `verdict`: compatibility
-    # holds at every batch size, speed is judged per batch size (`hpo.verify.cache.speed_key`).
+    # holds at every batch size, speed is judged per batch size (`hpo.verify.stored.speed_key`).
     slow: Verdict | None = None
     # Why a timed probe gave no `slow` verdict although its steps were over the limit: the
-    # reference's own steps varied too much to judge (`hpo.verify.slow_proof.SlowProof`).
+    # reference's own steps varied too much to judge (`hpo.verify.timing.SlowProof`).
     slow_not_judged: str | None = None
     # Why the compared step's errors were not judged: the reference ran other knobs than its own.
     numerics_not_judged: str | None = None
@@ -71,7 +71,7 @@ class ProbeResult:
         return record
 
     def speed_record(self, batch_size: int) -> dict | None:
-        """The speed fact at `batch_size` a timed probe measured, for `hpo.verify.cache.speed_key`."""
+        """The speed fact at `batch_size` a timed probe measured, for `hpo.verify.stored.speed_key`."""
         if self.trial_step_ms is None or not self.ok:
             return None
         verdict = self.slow or Verdict(Kind.OK)

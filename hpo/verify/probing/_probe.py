@@ -2,9 +2,9 @@
 against an fp32/eager/for-loop reference on the same samples and weights.
 
 The verdict is `ok` or a knob verdict (`incompatible: <why>`), given only when the knobs are
-proven at fault: a known upstream refusal (`hpo.verify.known_failures`), evidence that a knob ran
+proven at fault: a known upstream refusal (`hpo.verify.fault._known_failures`), evidence that a knob ran
 as something else, or a differential run in which the reference passes and the knobs fail, tried
-value by value so that only the value or pair at fault is implicated (`hpo.verify.blame`). Anything
+value by value so that only the value or pair at fault is implicated (`hpo.verify.fault._differential`). Anything
 else is raised: an error, never a verdict. A timed probe also judges `slow` at the trial's batch.
 Nothing is downgraded: the probe only decides whether the trial's own knobs may train.
 
@@ -15,18 +15,18 @@ Cost, since a trial pays it before every new knob combination:
   amplifies rounding (docs/failures.md). A compiled model, specialised to its input shapes, is
   compared on the batch it will train on;
 - a low precision's errors are judged against this model's own rounding floor, measured once per
-  model and precision on the reference (`hpo.verify.bounds`);
+  model and precision on the reference (`hpo.verify.probing._bounds`);
 - the trial's model is handed on to train (`keep_model`), so a trial builds one model, not two;
 - the reference's compared step (its loss, gradients and initial weights) depends on the model,
   not on the knobs: a worker's later probes of the same model read it from `references`
-  (`hpo.verify.compared`) instead of building the reference and running it again;
+  (`hpo.verify.probing._kept_reference`) instead of building the reference and running it again;
 - a trial's probe times nothing of the trial: its first steady training steps decide `slow`
-  (`hpo.verify.slow`). Only the reference's step time is measured (`hpo.verify.reference`), once
+  (`hpo.verify.timing._slow_limit`). Only the reference's step time is measured (`hpo.verify.timing._reference_time`), once
   per model, batch size and device, and kept in the verdict store (the study's). `hpo probe` and
-  the Lightning path time the trial too (`timed`), in steady steps (`hpo.verify.steady`);
-- the compared steps run in train mode with dropout off (`hpo.verify.dropout_off`), so a compiled
+  the Lightning path time the trial too (`timed`), in steady steps (`hpo.verify.timing._steady`);
+- the compared steps run in train mode with dropout off (`hpo.verify.probing._dropout_off`), so a compiled
   trial's graph is the train-mode graph it trains with, and its update moves no weight
-  (`hpo.verify.compared_step`): the trial trains from where the probe left it, nothing restored;
+  (`hpo.verify.probing._compared_step`): the trial trains from where the probe left it, nothing restored;
 - the reference's initial weights are its own parameters, not a copy: it is never updated before
   the trial's compared step has loaded them.
 """
@@ -48,18 +48,22 @@ from hpo.hardware.memory import free_memory, hand_back_freed, resident_bytes
 from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.runtime import seed_everything
 from hpo.torch_compat import normalizes_over_the_batch
-from hpo.verify.cache import MemoryVerdicts, VerdictStore, flops_key, reference_key
-from hpo.verify.compared import ComparedReference, KeptReferences, compared_key
-from hpo.verify.compared_step import ComparedSteps, loss_and_grads
-from hpo.verify.emulated import emulated_slow
-from hpo.verify.machine_facts import MachineFacts
-from hpo.verify.probe_result import ProbeResult, keep_probe
-from hpo.verify.reference import time_reference
-from hpo.verify.reference_knobs import REFERENCE_KNOBS, ran_other_than_reference
-from hpo.verify.reference_memory import reference_over_limit
-from hpo.verify.slow import SlowLimit
-from hpo.verify.slow_proof import SlowProof, prove_slow
-from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy, time_model
+from hpo.verify.fault import REFERENCE_KNOBS, ran_other_than_reference
+from hpo.verify.peaks import reference_over_limit
+from hpo.verify.probing._compared_step import ComparedSteps, loss_and_grads
+from hpo.verify.probing._kept_reference import ComparedReference, KeptReferences, compared_key
+from hpo.verify.probing._result import ProbeResult, keep_probe
+from hpo.verify.stored import MachineFacts, MemoryVerdicts, VerdictStore, flops_key, reference_key
+from hpo.verify.timing import (
+    DEFAULT_POLICY,
+    SlowLimit,
+    SlowProof,
+    TimingPolicy,
+    emulated_slow,
+    prove_slow,
+    time_model,
+    time_reference,
+)
 from hpo.workloads.base import Batch, Workload
 
 # keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
@@ -90,20 +94,20 @@ def run_probe(
     trains nothing); untimed, only the reference's step time is measured, if no store has it.
     `references` keeps the reference's compared step for the next probe of the same model.
     `policy` times the trial's steps (probe_first's sweep takes one, `ONE_STEP`); a `slow` verdict is
-    only ever given by the steady proof (`hpo.verify.slow_proof`), whatever `policy` is. `keep_timed`
+    only ever given by the steady proof (`hpo.verify.timing._slow_proof`), whatever `policy` is. `keep_timed`
     hands a passing timed probe's trial model on as it is, stepped (`ProbeResult.timed_model`: for
     probe_first's race, which times it again, never for training). A precision this CPU only
-    emulates is `slow` from `machine`'s stored fact (`hpo.verify.emulated`), before anything is built,
+    emulates is `slow` from `machine`'s stored fact (`hpo.verify.timing._emulated`), before anything is built,
     where the study judges speed; `machine` defaults to this machine's facts folder.
 
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
-    of memory (the trial's size) and a failure that does not repeat (`hpo.verify.compared_step.NotReproduced`)."""
+    of memory (the trial's size) and a failure that does not repeat (`hpo.verify.probing._compared_step.NotReproduced`)."""
     if keep_model and timed:
         raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
     start = time.perf_counter()
     emulated = emulated_slow(config.knobs.precision, device, machine) if config.skip_slow else None
-    if emulated is not None:  # proven once for this machine, whatever the model (`hpo.verify.emulated`)
+    if emulated is not None:  # proven once for this machine, whatever the model (`hpo.verify.timing._emulated`)
         return ProbeResult(verdict=emulated, blame="machine fact", probe_s=time.perf_counter() - start)
     store = store if store is not None else MemoryVerdicts()
     reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
@@ -184,7 +188,7 @@ def _timed_reference(
     trial's knobs may: its out of memory is no fact about the trial's knobs, so the trial goes on
     with its speed not judged, and says why. On the H200 a bf16 trial at batch 256 of a 152.7M GPT
     was recorded `oom` this way, by the reference's 125 GB. Under a memory limit it is timed only
-    when its own peak model predicts it fits (`hpo.verify.reference_memory`)."""
+    when its own peak model predicts it fits (`hpo.verify.peaks._reference_fit`)."""
     over = reference_over_limit(reference, config, store)
     if over is not None:
         result.slow_not_judged = over
