@@ -21,8 +21,8 @@ import torch
 from benchmarks.results import result_path, run_meta
 from examples.zoo.models import ZOO
 from hpo.config.trial import Knobs, TrainingConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.runtime import seed_everything
+from hpo.engine import AssembledModel
+from hpo.hardware import seed_everything
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.probing import backed_off, loss_and_grads, relative_errors, rounding_floor
 from hpo.workloads.catalog import create_workload

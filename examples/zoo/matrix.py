@@ -17,7 +17,7 @@ import torch
 
 from examples.zoo.models import ZooModel
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.hardware.runtime import trial_runtime
+from hpo.hardware import trial_runtime
 from hpo.knobs.registry import KNOBS
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.machine import CHECKED_KNOBS, value_capability

@@ -13,11 +13,9 @@ import torch
 from hpo import __version__
 from hpo.config.schema import DEVICE_PATTERN
 from hpo.errors import UserInputError
-from hpo.hardware import probes
-from hpo.hardware.peaks import peak_for
-from hpo.hardware.runtime import resolve_device
+from hpo.hardware import peak_for, probes, resolve_device
 from hpo.knobs.registry import PRECISION_SPECS
-from hpo.study.samplers import PRUNERS, sampler_requirements
+from hpo.study import PRUNERS, sampler_requirements
 from hpo.verify.machine import MachineCheck, check_values, registry_values
 
 

@@ -11,7 +11,7 @@ from hpo.logging import get_logger
 from hpo.strategy._memory_fit import memory_fit
 from hpo.strategy._rows import SweepRow
 from hpo.strategy._warm_models import WarmModels
-from hpo.trial.outcome import cached_verdict
+from hpo.trial import cached_verdict
 from hpo.verify.fault import REFERENCE_KNOBS, is_sticky_device_error
 from hpo.verify.probing import ReferenceMemory, keep_probe, run_probe
 from hpo.verify.stored import (

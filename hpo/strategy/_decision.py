@@ -1,4 +1,4 @@
-"""probe_first's decision, as the study stores it (`hpo.reporting.sweep_decision.KEPT_ATTR`, whose
+"""probe_first's decision, as the study stores it (`hpo.reporting.KEPT_ATTR`, whose
 note shows it): from the sweep's rows, each precision's verified combinations raced
 (`hpo.strategy._race`), ranked (`hpo.strategy._ranking`), and the `keep_fastest` first of each kept.
 """

@@ -5,7 +5,7 @@ noise of each other are a tie, and a tie goes to the combination closest to the 
 (fp32/eager/for-loop, no checkpointing, no compile). The race (`hpo.strategy._race`) drops a
 candidate once it provably cannot be among the `keep_fastest` (`outpaced`); the `keep_fastest` first
 of each precision are kept (`kept_of`), and the sampler then searches the hyperparameters and, among
-the kept, the precision and which of them (`hpo.study.suggest.suggest_kept`).
+the kept, the precision and which of them (`hpo.study._suggest.suggest_kept`).
 """
 
 from __future__ import annotations

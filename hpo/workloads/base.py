@@ -12,7 +12,7 @@ calls, in order:
 A workload gives its training data either as batches (`train_batches`) or as a torch `Dataset`
 (`train_dataset(seed)`, plus `collate` to turn samples into a batch): then hpo builds the
 DataLoader itself, with the searched `systems.num_workers`, `pin_memory`, `prefetch_factor` and
-`persistent_workers` (`hpo.engine.loader`), and `train_batches` is the same order without workers.
+`persistent_workers` (`hpo.engine._loader`), and `train_batches` is the same order without workers.
 Batches are dicts of CPU tensors; `move(batch)` puts one on the trial's device. `evaluate` returns
 every metric named in `metrics`. A model that uses attention calls
 `hpo.knobs.attention.attention_function(name)` (or maps the name onto a library's own switch), so

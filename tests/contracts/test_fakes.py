@@ -15,7 +15,7 @@ from hpo.evidence.capture import ops_seen
 from hpo.evidence.observe import StepEvidence, observed_knobs
 from hpo.knobs.attention import attention_function, eager_attention
 from hpo.knobs.optimizers import build_optimizer, clear_grads
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
 from hpo.verify.fault import match_known_failure
 from hpo.verify.probing import run_probe

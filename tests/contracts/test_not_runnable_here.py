@@ -11,8 +11,8 @@ import torch
 from contracts.fakes import xformers_unloaded
 from hpo.app import doctor
 from hpo.config.space import parse_space
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
+from hpo.runtime import run_worker
+from hpo.study import create_or_resume
 from hpo.verify.machine import check_values
 
 CPU = torch.device("cpu")

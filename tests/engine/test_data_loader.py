@@ -11,9 +11,9 @@ import torch
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs, LoaderSettings
-from hpo.engine.loader import trial_loader
-from hpo.engine.loader_stream import batch_checksum
-from hpo.trial.executor import execute
+from hpo.engine._loader import trial_loader
+from hpo.engine._loader_stream import batch_checksum
+from hpo.trial import execute
 from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 from hpo.workloads.dataset_batches import epochs
@@ -145,7 +145,7 @@ def test_a_loader_that_hands_batches_over_out_of_order_is_a_loader_mismatch(in_o
     for it; handed over as they come, worker 1's batch arrives first, and its samples say so."""
     from loader_workloads import WorkerZeroLateToy
 
-    import hpo.engine.loader as loader
+    import hpo.engine._loader as loader
 
     real = loader.seeded_loader
     monkeypatch.setattr(WorkerZeroLateToy, "flags", str(tmp_path))
@@ -194,7 +194,7 @@ def test_searched_loader_settings_are_suggested_exported_and_leave_old_studies_u
     import optuna
 
     from hpo.config.resolve import fixed_config
-    from hpo.study.suggest import suggest_config
+    from hpo.study import suggest_config
 
     space = parse_space(
         {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"num_workers": [0, 2], "pin_memory": True}}, "t"

@@ -16,7 +16,7 @@ from contracts.fakes.cudnn_rnn import patched_lstm
 
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import TrialError
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
 from hpo.verify.stored import VERDICT_PREFIX, MemoryVerdicts, speed_key, verdict_key
 

@@ -10,8 +10,8 @@ import torch
 from hpo import deps
 from hpo.app import doctor
 from hpo.errors import KnobUnavailable
-from hpo.hardware import allocator, probes
-from hpo.hardware.runtime import trial_runtime
+from hpo.hardware import _allocator as allocator
+from hpo.hardware import probes, trial_runtime
 
 CPU = torch.device("cpu")
 FAKE_GPU = torch.device("cuda", 0)
@@ -92,7 +92,7 @@ def test_verdicts_are_shared_by_gpus_of_one_model_and_not_across_models(monkeypa
 
 
 def test_doctor_lists_samplers_and_pruners_and_why_one_cannot_run(monkeypatch):
-    from hpo.study import samplers
+    from hpo.study import _samplers as samplers
 
     monkeypatch.setattr(samplers, "is_installed", lambda module: module != "cmaes")
     report = doctor.capability_report(torch.device("cpu"))

@@ -6,7 +6,7 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.evidence.observe import StepEvidence, mismatches, observed_knobs
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verify.stored import MemoryVerdicts
 
 

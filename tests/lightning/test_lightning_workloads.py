@@ -16,7 +16,7 @@ import yaml
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.errors import PrunedByPruner
 from hpo.records import check_trial_attrs
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verify.stored import MemoryVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ def test_a_step_that_raises_inside_the_evidence_capture_leaves_no_profiler_runni
     import torch
 
     from hpo.errors import TrialRejected
-    from hpo.trial.lightning_loop import train_lightning
+    from hpo.trial._lightning_loop import train_lightning
     from hpo.workloads.catalog import create_workload
 
     config = _config("toy_lightning:ToyLightning", {**TOY, "nan_at_step": 0}, Knobs())

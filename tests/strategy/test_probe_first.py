@@ -15,8 +15,8 @@ import yaml
 
 from hpo.config.space import parse_space
 from hpo.errors import ExitCode
-from hpo.reporting.sweep_decision import KEPT_ATTR
-from hpo.storage.optuna_compat import storage_of, study_id_of
+from hpo.reporting import KEPT_ATTR
+from hpo.storage import storage_of, study_id_of
 from hpo.strategy import LOCK_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]

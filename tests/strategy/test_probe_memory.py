@@ -10,10 +10,10 @@ import pytest
 from hpo.app.output import knob_row_json
 from hpo.config.params import AutoBatch
 from hpo.config.space import parse_space
-from hpo.hardware.memory_model import GB, PeakModel
+from hpo.hardware import GB, PeakModel
 from hpo.strategy import _memory_fit as sweep_memory
 from hpo.strategy import sweep, table
-from hpo.trial.memory_limit import AUTO_HEADROOM, auto_batch_fitting, memory_key
+from hpo.trial._memory_limit import AUTO_HEADROOM, auto_batch_fitting, memory_key
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.peaks import _peak_fit as peak_fit
 from hpo.verify.stored import MemoryVerdicts

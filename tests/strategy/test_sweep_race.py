@@ -6,7 +6,7 @@ timer, never measured."""
 from __future__ import annotations
 
 from hpo.config.space import parse_space
-from hpo.reporting.sweep_decision import decision_note
+from hpo.reporting import decision_note
 from hpo.strategy import TIE_MARGIN, SweepRow, make_decision, outpaced
 from hpo.strategy._race import POLICY
 

@@ -10,7 +10,7 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from benchmarks.avoidance import run_avoidance
-from hpo.study.avoid import AvoidKnownFailures, known_bad_parts
+from hpo.study._avoid import AvoidKnownFailures, known_bad_parts
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

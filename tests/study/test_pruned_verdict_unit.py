@@ -9,8 +9,8 @@ from conftest import toy_config
 
 from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner
-from hpo.study.objective import _reporter
-from hpo.trial.executor import execute
+from hpo.study._objective import _reporter
+from hpo.trial import execute
 from hpo.verify.stored import MemoryVerdicts
 
 

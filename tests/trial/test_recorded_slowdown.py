@@ -12,8 +12,8 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.trial.executor import execute
-from hpo.trial.slowdown import RETIME_BELOW
+from hpo.trial import execute
+from hpo.trial._slowdown import RETIME_BELOW
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.stored import MemoryVerdicts, reference_key
 

@@ -10,9 +10,9 @@ import pytest
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
-from hpo.hardware.runtime import resolve_device
-from hpo.trial.executor import execute
-from hpo.trial.trainer import SLOW_CHECK_STEPS
+from hpo.hardware import resolve_device
+from hpo.trial import execute
+from hpo.trial._trainer import SLOW_CHECK_STEPS
 from hpo.verify.stored import MemoryVerdicts, reference_key
 
 
@@ -75,7 +75,7 @@ def test_the_reference_timing_records_when_it_ended():
     import time
 
     from hpo.config.trial import TrainingConfig
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
     from hpo.verify.fault import REFERENCE_KNOBS
     from hpo.verify.timing import time_reference
     from hpo.workloads.catalog import create_workload

@@ -11,7 +11,7 @@ from builtin_tiny import TINY_OPTIONS, builtin_config
 from contracts.fakes.cudnn_rnn import CUDNN_RNN_EVAL_BACKWARD, CudnnLikeLSTM, patched_lstm
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.probing import loss_and_grads, run_probe
 from hpo.verify.probing._dropout_off import _dropout_settings

@@ -12,7 +12,7 @@ import torch
 from conftest import judged_despite_noise, slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.stored import MemoryVerdicts, reference_key

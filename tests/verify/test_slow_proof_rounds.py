@@ -96,7 +96,7 @@ def test_a_warm_model_of_the_whole_combination_is_timed_without_a_build_or_an_un
     """`hpo probe` hands the proof the trial's model it has just timed: the subset that is the whole
     combination is timed on it, never rebuilt and never warmed up again (an emulated bf16 step took
     17 s on one AVX2 core)."""
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)
@@ -214,7 +214,7 @@ def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(mon
     """`hpo probe` hands over the trial's model with the steps it timed on it: the proof's first
     round times only as many reference steps beside them (an emulated bf16 step took 17 s on one
     AVX2 core)."""
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)
@@ -361,7 +361,7 @@ def test_a_probe_step_stopped_short_of_the_limit_now_is_timed_again_in_the_first
     """The probe stops its step against the stored reference time; timed anew in the proof, the
     reference is slower (say 10% here), and the stopped step's time, under the limit now, shows
     neither slow nor not: the first round times a step of the knobs instead of clearing them."""
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)

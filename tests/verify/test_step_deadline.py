@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import toy_config
 
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.verify.timing import TimingPolicy, time_model
 from hpo.verify.timing._step_deadline import Outlasted, StepDeadline, deadline_for
 from hpo.workloads.catalog import create_workload

@@ -9,7 +9,7 @@ import multiprocessing
 
 import optuna
 
-from hpo.storage.open import open_storage
+from hpo.storage import open_storage
 from hpo.verify.stored import StudyVerdicts
 
 KEYS = [f"fact-{i}" for i in range(40)]

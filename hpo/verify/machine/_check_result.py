@@ -1,7 +1,7 @@
 """What a machine cannot run, as data: the values and (attention, precision) pairs
 `hpo.verify.machine._kernel_check` found on it, and the set logic a worker needs from them. Imports no torch:
 a worker keeps torch out of its own process and checks its machine in a child
-(`hpo.runtime.machine_check`)."""
+(`hpo.runtime._machine_check`)."""
 
 from __future__ import annotations
 

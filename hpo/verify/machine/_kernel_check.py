@@ -1,5 +1,5 @@
 """Which systems-knob values can run on this machine, known before any trial: the one check behind
-`hpo doctor`'s table and the values a worker never proposes (`hpo.runtime.machine_check`).
+`hpo doctor`'s table and the values a worker never proposes (`hpo.runtime._machine_check`).
 
 A value cannot run here when its registry spec's needs say so (`hpo.knobs.registry.Needs`: an
 optional package that is missing, a device type its kernels do not exist for, a capability probe

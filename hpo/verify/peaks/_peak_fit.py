@@ -25,10 +25,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from hpo.config.trial import TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed
-from hpo.hardware.memory_cap import is_out_of_memory
-from hpo.hardware.memory_model import PeakModel, fit_peaks
+from hpo.engine import AssembledModel
+from hpo.hardware import MemoryMeter, PeakModel, ResidentPeak, fit_peaks, hand_back_freed, is_out_of_memory
 from hpo.knobs.optimizers import learning_rate_zero
 from hpo.verify.stored import VerdictStore
 from hpo.workloads.base import Workload

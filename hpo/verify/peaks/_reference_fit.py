@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from hpo.config.trial import TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory_model import GB, limit_bytes
+from hpo.engine import AssembledModel
+from hpo.hardware import GB, limit_bytes
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.peaks._peak_fit import fitted_peaks
 from hpo.verify.stored import VerdictStore, verdict_key

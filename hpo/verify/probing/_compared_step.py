@@ -11,12 +11,11 @@ from dataclasses import dataclass
 import torch
 
 from hpo.config.trial import Knobs, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import NonFiniteLoss, run_step
+from hpo.engine import AssembledModel, NonFiniteLoss, run_step
 from hpo.errors import HpoError, KnobUnavailable, TrialRejected, real_cause
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
-from hpo.hardware.memory_cap import is_out_of_memory
+from hpo.hardware import is_out_of_memory
 from hpo.knobs.optimizers import learning_rate_zero
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_div, foreach_norm

@@ -8,7 +8,7 @@ reference and run its step again: it reads them from the `ReferenceFiles` of its
 the first probe.
 
 They go to disk only when another process will read them. A worker whose trials each run in a
-process of their own (`hpo.runtime.child_trials`) keeps them as files (`ReferenceFiles`): the trial
+process of their own (`hpo.runtime._child_trials`) keeps them as files (`ReferenceFiles`): the trial
 memory-maps them, reads them once in the comparison and drops them when the probe ends. Trials that
 share one process (`hpo worker --in-process`, `hpo probe`'s sweep) keep them in that process's
 memory (`ReferenceMemory`), on the host: nothing is written or read back. On a CPU device the kept

@@ -40,13 +40,10 @@ import time
 import torch
 
 from hpo.config.trial import TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.flops import counting_flops
+from hpo.engine import AssembledModel, counting_flops
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
-from hpo.hardware.memory import free_memory, hand_back_freed, resident_bytes
-from hpo.hardware.memory_cap import is_out_of_memory
-from hpo.hardware.runtime import seed_everything
+from hpo.hardware import free_memory, hand_back_freed, is_out_of_memory, resident_bytes, seed_everything
 from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.fault import REFERENCE_KNOBS, ran_other_than_reference
 from hpo.verify.peaks import reference_over_limit

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.probing._bounds import Errors, NumericBound
 from hpo.verify.stored import VerdictStore, speed_key

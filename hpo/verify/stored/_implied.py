@@ -4,7 +4,7 @@ at a batch size) was already proven at fault on this device, in another combinat
 `hpo probe` asks this before probing each combination. On a CPU without avx512_bf16, bf16 is proven
 `slow` once (`hpo.verify.timing.prove_slow` blames `precision=bf16` alone); every other bf16
 combination would only repeat that proof, at up to ten times the reference's step time each. The
-sampler's wrapper (`hpo.study.avoid`) already never proposes such a combination; the sweep now
+sampler's wrapper (`hpo.study._avoid`) already never proposes such a combination; the sweep now
 skips it the same way, and says so in its row rather than claiming a measurement.
 """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from hpo.storage.optuna_compat import add_study_user_attr
+from hpo.storage import add_study_user_attr
 
 __all__ = ["FLOPS_PREFIX", "REFERENCE_PREFIX", "VERDICT_PREFIX", "MemoryVerdicts", "StudyVerdicts", "VerdictStore"]
 

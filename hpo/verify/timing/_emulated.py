@@ -17,8 +17,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from hpo.hardware import torch_threads
 from hpo.hardware.probes import cpu_model
-from hpo.hardware.runtime import torch_threads
 from hpo.torch_compat import cpu_has_native_bf16, cpu_has_native_fp16
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.stored import MachineFacts

@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.allocator import Prefault, page_faults, prefault_heap
-from hpo.hardware.runtime import synchronize
+from hpo.engine import AssembledModel
+from hpo.hardware import Prefault, page_faults, prefault_heap, synchronize
 from hpo.verify.timing._steady import timed_step
 from hpo.workloads.base import Batch
 

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.verify.timing._slow_limit import SlowLimit
 from hpo.verify.timing._steady import StepTimes, TimingPolicy, time_model
 from hpo.workloads.base import Batch

@@ -6,7 +6,7 @@ values is slow is proven by timing them one at a time (`hpo.verify.timing.prove_
 
 The reference's step time is measured once per model, batch size and device and kept in the
 verdict store (`reference_key`). A trial's own step time comes from its first steady training
-steps (`hpo.trial.trainer`): the trial runs them anyway, at its real batch and in train mode, so
+steps (`hpo.trial._trainer`): the trial runs them anyway, at its real batch and in train mode, so
 the check costs nothing extra. `hpo probe`, which trains nothing, times the steps in the probe.
 """
 

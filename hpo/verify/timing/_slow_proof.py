@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import torch
 
 from hpo.config.trial import Knobs, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.runtime import seed_everything
+from hpo.engine import AssembledModel
+from hpo.hardware import seed_everything
 from hpo.verdicts import Verdict
 from hpo.verify.fault import REFERENCE_KNOBS, isolate
 from hpo.verify.timing._side_by_side import MAX_REFERENCE_SPREAD, SideBySide

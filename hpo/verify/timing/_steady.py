@@ -29,9 +29,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import NonFiniteLoss, run_step
-from hpo.hardware.runtime import synchronize
+from hpo.engine import AssembledModel, NonFiniteLoss, run_step
+from hpo.hardware import synchronize
 from hpo.verify.timing._step_deadline import Outlasted, StepDeadline, deadline_for
 from hpo.workloads.base import Batch
 
