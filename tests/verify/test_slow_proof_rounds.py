@@ -244,18 +244,19 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
     the proof it runs gets that very model and those very steps: its first round times no step of
     the knobs again."""
     import hpo.verify.probing._probe as probe
+    import hpo.verify.probing._speed as probe_speed
     from hpo.verify.stored import MemoryVerdicts
     from hpo.verify.timing import ONE_STEP
 
     slow_foreach_adamw(monkeypatch, 0.5)
     handed: list[dict] = []
-    prove = probe.prove_slow
+    prove = probe_speed.prove_slow
 
     def recording(*args, **kwargs):
         handed.append(kwargs)
         return prove(*args, **kwargs)
 
-    monkeypatch.setattr(probe, "prove_slow", recording)
+    monkeypatch.setattr(probe_speed, "prove_slow", recording)
     config = dataclasses.replace(toy_config(KNOBS), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
 

@@ -56,6 +56,17 @@ def value_capability(knob: str, value: str, device: torch.device) -> probes.Capa
 
 def check_values(systems: Mapping[str, Sequence], device: torch.device) -> MachineCheck:
     """Check every value of `systems` (knob -> values: a space's, or `registry_values()`) on `device`."""
+    found, remarks = _needs_refusals(systems, device)
+    excluded = {n.part for n in found}
+    precisions = [p for p in systems.get("precision", ()) if (("precision", p),) not in excluded]
+    refused, unchecked = _kernel_refusals(systems, excluded, precisions, device)
+    return MachineCheck(probes.device_model(device), tuple(found + refused), tuple(unchecked), remarks)
+
+
+def _needs_refusals(
+    systems: Mapping[str, Sequence], device: torch.device
+) -> tuple[list[NotRunnable], dict[tuple[str, str], str]]:
+    """The values whose registry needs this machine does not meet, and remarks on those it meets."""
     found: list[NotRunnable] = []
     remarks: dict[tuple[str, str], str] = {}
     for knob in CHECKED_KNOBS:
@@ -65,8 +76,15 @@ def check_values(systems: Mapping[str, Sequence], device: torch.device) -> Machi
                 found.append(NotRunnable(((knob, value),), cap.why))
             elif cap.why:
                 remarks[(knob, value)] = cap.why
-    excluded = {n.part for n in found}
-    precisions = [p for p in systems.get("precision", ()) if (("precision", p),) not in excluded]
+    return found, remarks
+
+
+def _kernel_refusals(
+    systems: Mapping[str, Sequence], excluded: set, precisions: list[str], device: torch.device
+) -> tuple[list[NotRunnable], list[str]]:
+    """The attention and optimizer values (not `excluded` already) whose kernel, run once under each
+    of `precisions`, was refused; and what could not be told from the run."""
+    found: list[NotRunnable] = []
     unchecked: list[str] = []
     for knob, run in (("attention", _attention_refusals), ("optimizer", _optimizer_refusals)):
         for value in dict.fromkeys(systems.get(knob, ())):
@@ -76,7 +94,7 @@ def check_values(systems: Mapping[str, Sequence], device: torch.device) -> Machi
             refused, unknown = run(value, precisions, device)
             found += refused
             unchecked += unknown
-    return MachineCheck(probes.device_model(device), tuple(found), tuple(unchecked), remarks)
+    return found, unchecked
 
 
 def _kernel_checked(knob: str, needs: Needs) -> bool:

@@ -43,23 +43,18 @@ from hpo.config.trial import TrialConfig
 from hpo.engine import AssembledModel, counting_flops
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
-from hpo.hardware import free_memory, hand_back_freed, is_out_of_memory, resident_bytes, seed_everything
+from hpo.hardware import hand_back_freed, resident_bytes, seed_everything
 from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.fault import REFERENCE_KNOBS, ran_other_than_reference
-from hpo.verify.peaks import reference_over_limit
 from hpo.verify.probing._compared_step import ComparedSteps, loss_and_grads
 from hpo.verify.probing._kept_reference import ComparedReference, KeptReferences, compared_key
 from hpo.verify.probing._result import ProbeResult, keep_probe
+from hpo.verify.probing._speed import time_trial, timed_reference
 from hpo.verify.stored import MachineFacts, MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.timing import (
     DEFAULT_POLICY,
-    SlowLimit,
-    SlowProof,
     TimingPolicy,
     emulated_slow,
-    prove_slow,
-    time_model,
-    time_reference,
 )
 from hpo.workloads.base import Batch, Workload
 
@@ -139,7 +134,7 @@ def run_probe(
     else:
         timed_reference_here = reference_ms is None
         if reference_ms is None:
-            reference_ms = _timed_reference(
+            reference_ms = timed_reference(
                 result, reference, batch, compared_growth, workload.samples_in(compared), config, store
             )
         result.reference_step_ms = reference_ms
@@ -150,7 +145,7 @@ def run_probe(
             # No other name may hold the reference unless it is handed on: `keep_model` frees it below.
             stepped = reference if keep_timed and timed_reference_here else None
         elif timed and reference_ms is not None:
-            _time_trial(result, trial, steps, batch, config, reference_ms, policy)
+            time_trial(result, trial, steps, batch, config, reference_ms, policy)
             stepped = trial if keep_timed else None
     if trial is not None:
         result.peak_mem_mb = trial.memory.peak_mb
@@ -169,42 +164,6 @@ def run_probe(
     result.reference_reused = reused
     result.probe_s = time.perf_counter() - start
     return result
-
-
-def _timed_reference(
-    result: ProbeResult,
-    reference: AssembledModel,
-    batch: Batch,
-    growth: int,
-    samples: int,
-    config: TrialConfig,
-    store: VerdictStore,
-) -> float | None:
-    """The reference's step time at the trial's batch, stored for every later trial; None when the
-    reference (fp32, eager attention, no checkpointing) does not fit at that batch where the
-    trial's knobs may: its out of memory is no fact about the trial's knobs, so the trial goes on
-    with its speed not judged, and says why. On the H200 a bf16 trial at batch 256 of a 152.7M GPT
-    was recorded `oom` this way, by the reference's 125 GB. Under a memory limit it is timed only
-    when its own peak model predicts it fits (`hpo.verify.peaks._reference_fit`)."""
-    over = reference_over_limit(reference, config, store)
-    if over is not None:
-        result.slow_not_judged = over
-        return None
-    try:
-        timing = time_reference(reference, batch, growth, samples)
-    except (torch.OutOfMemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):  # torch's CPU allocator's failure (under the cap) is a RuntimeError
-            raise
-        why = (str(exc).splitlines() or [""])[0][:120]
-    else:
-        store.put(reference_key(config, reference.device), timing.record())
-        return timing.step_ms
-    free_memory(reference.device)  # here, not in the except: its traceback held the step's tensors
-    result.slow_not_judged = (
-        f"the fp32/eager reference does not fit at batch {config.training.batch_size} ({why}): "
-        "nothing to judge this trial's speed against"
-    )
-    return None
 
 
 def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -> None:
@@ -233,39 +192,6 @@ def _compared_batch(workload: Workload, config: TrialConfig, batch: Batch, sampl
     return next(workload.train_batches(samples, config.seed))
 
 
-def _time_trial(
-    result: ProbeResult,
-    trial: AssembledModel,
-    steps: ComparedSteps,
-    batch: Batch,
-    config: TrialConfig,
-    reference_ms: float,
-    policy: TimingPolicy,
-) -> None:
-    limit = SlowLimit(reference_ms, config.slow_ratio, config.training.batch_size)
-    # Past the limit a step's time only feeds the proof, which asks no more than "over the limit":
-    # an emulated bf16 MiniLM step is stopped at 5.5 s of its 17.
-    over_ms = reference_ms * limit.ratio if config.skip_slow else None
-    timed = time_model(trial, batch, policy, stop_past_ms=over_ms)
-    stopped = timed.outlasted_ms is not None
-    proof = SlowProof()
-    if stopped or (config.skip_slow and limit.verdict(config.knobs, timed.best_ms) is not None):
-        # The trial's model, timed just now and handed on to nothing, is warm for the proof, and the
-        # steps just timed are the proof's first of the knobs.
-        proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial, warm_timing=timed)
-        result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
-        if stopped and proof.verdict is None:
-            # Not proven slow (the reference is slower now than when it was stored, or too noisy
-            # to judge against): a stopped step is no step time, so the knobs' own is taken whole.
-            timed = time_model(trial, batch, policy.timed_only())
-            stopped = False
-    result.trial_step_stopped = stopped
-    result.trial_step_ms = timed.outlasted_ms if stopped else timed.best_ms
-    result.trial_steps_ms = list(timed.times_ms)
-    # A verdict's slowdown is the one its text states, timed beside the reference.
-    result.slowdown = proof.slowdown if result.slow is not None else limit.slowdown(result.trial_step_ms)
-
-
 def _reference_step(
     reference: AssembledModel, config: TrialConfig, device: torch.device, compared: Batch, store: VerdictStore
 ) -> tuple[ComparedReference, int]:
@@ -273,7 +199,7 @@ def _reference_step(
     trained). Returns its compared step and what that step added to the resident set. The step
     also counts the model's FLOPs per sample into `store`, when the study has no count yet and the
     step is not a compiled trial's whole batch: the reference is the plain eager fp32 model the count needs
-    (`hpo.engine.flops`), so the trial's speed record need not build another. What the step ran is
+    (`hpo.engine._flops`), so the trial's speed record need not build another. What the step ran is
     observed, as a trial's is: a reference that ran other knobs judges no comparison."""
     # Its own parameters, not a copy: the compared step does not update them, and the reference is
     # timed (updating them) only after the trial's compared step has loaded them. Buffers are
