@@ -89,8 +89,6 @@ FUNCTIONS_OVER = {
     "hpo/verify/probing/_compared_step.py::ComparedSteps.attempt": 38,
     "hpo/verify/probing/_probe.py::run_probe": 69,
     "hpo/verify/probing/_speed.py::time_trial": 22,
-    "hpo/verify/timing/_emulated.py::_measured": 21,
-    "hpo/verify/timing/_reference_time.py::time_reference": 30,
     "hpo/workloads/chat_corpus.py::load_corpus": 21,
     "hpo/workloads/chat_corpus.py::load_data": 24,
     "hpo/workloads/hf_common.py::load_pretrained": 29,

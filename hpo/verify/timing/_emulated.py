@@ -83,15 +83,7 @@ def _measured(precision: str) -> dict:
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(ROWS, WIDTH, generator=generator)
     weight = torch.randn(WIDTH, WIDTH, generator=generator, requires_grad=True)
-    sides = {"fp32": None, precision: DTYPES[precision]}
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    for dtype in sides.values():
-        _step(x, weight, dtype)  # untimed: the first call builds oneDNN's primitives
-    for round_ in range(ROUNDS):
-        for name in sides if round_ % 2 == 0 else reversed(sides):
-            start = time.perf_counter()
-            _step(x, weight, sides[name])
-            times[name].append(1000 * (time.perf_counter() - start))
+    times = _interleaved_ms(x, weight, {"fp32": None, precision: DTYPES[precision]})
     fp32_ms, emulated_ms = min(times["fp32"]), min(times[precision])
     return {
         "ratio": emulated_ms / fp32_ms,
@@ -101,6 +93,20 @@ def _measured(precision: str) -> dict:
         "rounds": ROUNDS,
         "threads": 1,
     }
+
+
+def _interleaved_ms(x: torch.Tensor, weight: torch.Tensor, sides: dict[str, torch.dtype | None]) -> dict[str, list[float]]:
+    """Each side's step times (ms) over ROUNDS rounds, the side that goes first alternating, after
+    one untimed step of each."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for dtype in sides.values():
+        _step(x, weight, dtype)  # untimed: the first call builds oneDNN's primitives
+    for round_ in range(ROUNDS):
+        for name in sides if round_ % 2 == 0 else reversed(sides):
+            start = time.perf_counter()
+            _step(x, weight, sides[name])
+            times[name].append(1000 * (time.perf_counter() - start))
+    return times
 
 
 def _step(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype | None) -> None:

@@ -76,11 +76,7 @@ def full_step_bytes(param_bytes: int, compared_growth: int, batch_size: int, com
 def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int, compared_size: int) -> ReferenceTiming:
     """Time the reference's full-batch steps; `compared_growth` is the resident memory its compared
     step (on `compared_size` samples) added."""
-    batch_size = reference.workload.samples_in(batch)
-    prefault = None
-    if reference.device.type == "cpu":
-        param_bytes = sum(p.numel() * p.element_size() for p in reference.model.parameters() if p.requires_grad)
-        prefault = prefault_heap(full_step_bytes(param_bytes, compared_growth, batch_size, compared_size))
+    prefault = _prefaulted(reference, compared_growth, reference.workload.samples_in(batch), compared_size)
     moved = reference.move(batch)
     # No untimed step first, unlike `hpo.verify.timing._steady`'s policy for trials: the rule that ends this
     # timing already keeps a cold first step from being the one it stops on. Where the prefault
@@ -90,6 +86,26 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
     # batch 32 on a 2-core EPYC, 2026-11-26). What a steady first step may still carry (the
     # optimizer's state, created on it) only makes the reference slower: the check errs towards
     # passing, and no `slow` verdict is given before `hpo.verify.timing._slow_proof` times both sides again.
+    timed = time_until_steady(_step_timer(reference, moved), _steadiness(prefault))
+    return ReferenceTiming(
+        steps_ms=tuple(1000 * seconds for seconds, _ in timed),
+        steps_faults=tuple(faults for _, faults in timed),
+        prefault=prefault,
+        timed_at=time.time(),
+    )
+
+
+def _prefaulted(reference: AssembledModel, compared_growth: int, batch_size: int, compared_size: int) -> Prefault | None:
+    """On a CPU, the memory a full-batch step of the reference touches, faulted in before it is
+    timed (`prefault_heap`); None elsewhere."""
+    if reference.device.type != "cpu":
+        return None
+    param_bytes = sum(p.numel() * p.element_size() for p in reference.model.parameters() if p.requires_grad)
+    return prefault_heap(full_step_bytes(param_bytes, compared_growth, batch_size, compared_size))
+
+
+def _step_timer(reference: AssembledModel, moved: Batch) -> Callable[[], tuple[float, int]]:
+    """One reference step a call, up to MAX_STEPS: its seconds and the pages it faulted."""
     steps = iter(range(MAX_STEPS))
 
     def step() -> tuple[float, int]:
@@ -99,13 +115,7 @@ def time_reference(reference: AssembledModel, batch: Batch, compared_growth: int
         synchronize(reference.device)
         return time.perf_counter() - start, page_faults() - faults
 
-    timed = time_until_steady(step, _steadiness(prefault))
-    return ReferenceTiming(
-        steps_ms=tuple(1000 * seconds for seconds, _ in timed),
-        steps_faults=tuple(faults for _, faults in timed),
-        prefault=prefault,
-        timed_at=time.time(),
-    )
+    return step
 
 
 def _steadiness(prefault: Prefault | None) -> Callable[[int, float, int], bool]:
