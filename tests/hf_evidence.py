@@ -13,7 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from hpo.evidence.capture import ops_seen
 from hpo.evidence.dispatch import MatmulDtypeRecorder
 from hpo.evidence.observe import StepEvidence, observed_knobs
-from hpo.knobs.checkpointing import RecomputeCounter
+from hpo.knobs.recompute import RecomputeCounter
 from hpo.workloads.hf_common import checkpoint_layers
 
 

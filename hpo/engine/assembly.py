@@ -16,11 +16,11 @@ from hpo.config.trial import Knobs, TrainingConfig
 from hpo.engine.health import DeviceHealth, NonFiniteLoss
 from hpo.errors import TrialRejected
 from hpo.hardware.memory import MemoryMeter
-from hpo.knobs.attention import pinned_kernel
-from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
-from hpo.knobs.compile import GraphRecord, compile_model
-from hpo.knobs.optimizers import build_optimizer, clear_grads
-from hpo.knobs.precision import precision_plugin
+from hpo.knobs.adamw_builders import build_optimizer, clear_grads
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.compiled_graphs import GraphRecord, compile_model
+from hpo.knobs.precision_plugins import precision_plugin
+from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.torch_compat import fail_on_recompile_limit, scale_on_device
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload

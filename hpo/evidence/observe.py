@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hpo.config.trial import Knobs
-from hpo.knobs.compile import GraphRecord
+from hpo.knobs.compiled_graphs import GraphRecord
 from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, OptimizerEvidence
 from hpo.records import KnobsObserved
 from hpo.verdicts import Kind, Verdict

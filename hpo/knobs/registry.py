@@ -160,7 +160,7 @@ PRECISION_SPECS: dict[str, PrecisionSpec] = _by_name(
     ),
 )  # fmt: skip
 
-_ATT = "hpo.knobs.attention:"
+_ATT = "hpo.knobs.attention_kernels:"
 
 
 def _sdpa(name: str, kernel: str, op: str) -> AttentionSpec:
@@ -198,7 +198,7 @@ ATTENTION_SPECS: dict[str, AttentionSpec] = _by_name(
     ),
 )  # fmt: skip
 
-_OPT = "hpo.knobs.optimizers:"
+_OPT = "hpo.knobs.adamw_builders:"
 
 OPTIMIZER_SPECS: dict[str, OptimizerSpec] = _by_name(
     OptimizerSpec(name="forloop", builder=_OPT + "torch_adamw", torch_flags=(("foreach", False), ("fused", False))),

@@ -28,11 +28,11 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.errors import KnobUnavailable
 from hpo.hardware.memory import MemoryMeter
-from hpo.knobs.attention import pinned_kernel
-from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
-from hpo.knobs.compile import GraphRecord, compile_model
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.compiled_graphs import GraphRecord, compile_model
 from hpo.knobs.optimizer_impl import with_implementation
-from hpo.knobs.precision import precision_plugin
+from hpo.knobs.precision_plugins import precision_plugin
+from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import install_scheduler_tracked_step
 from hpo.trial.lightning_callback import callback_class

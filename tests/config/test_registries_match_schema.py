@@ -12,10 +12,10 @@ from hpo.config.schema import ParallelSpec, SystemsSpec
 from hpo.config.trial import ParallelSettings
 from hpo.evidence.observe import StepEvidence, observed_knobs
 from hpo.hardware import probes
-from hpo.knobs.attention import SDPA_KERNELS
+from hpo.knobs.adamw_builders import OPTIMIZER_BUILDERS, build_optimizer
+from hpo.knobs.attention_kernels import SDPA_KERNELS
 from hpo.knobs.optimizer_impl import IMPLEMENTATION_FLAGS
-from hpo.knobs.optimizers import OPTIMIZER_BUILDERS, build_optimizer
-from hpo.knobs.precision import DTYPES
+from hpo.knobs.precision_plugins import DTYPES
 from hpo.knobs.registry import ATTENTION_SPECS, KNOBS, LOADER_KNOBS, LOADER_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, load
 from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, KNOB_NAMES, LOADERS, OPTIMIZER_IMPLS, PRECISION_ALIASES, PRECISIONS
 

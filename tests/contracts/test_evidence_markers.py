@@ -17,7 +17,7 @@ from contracts.upstream import (
 )
 from hpo.config.trial import Knobs
 from hpo.evidence.observe import StepEvidence, _attention_matches, mismatches, observed_knobs
-from hpo.knobs.compile import GraphRecord
+from hpo.knobs.compiled_graphs import GraphRecord
 from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS
 
 # Backends with a fixture of their own ("sdpa" is any of the pinned SDPA kernels).

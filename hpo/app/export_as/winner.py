@@ -110,7 +110,7 @@ def knobs_line(w: Winner) -> str:
 def attention_note(w: Winner) -> str:
     """How to get the trial's attention when the export cannot set it: attn_implementation only for
     a transformers model; hpo's own attention layers take it from `attention_function`."""
-    own = f"its attention layers call hpo.knobs.attention.attention_function({w.attention!r})"
+    own = f"its attention layers call hpo.knobs.attention_kernels.attention_function({w.attention!r})"
     name = w.workload.get("name")
     if w.transformers_model is False:
         return f"# attention={w.attention}: workload {name} builds no transformers model (no attn_implementation); {own}"
