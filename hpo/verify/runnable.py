@@ -25,7 +25,7 @@ from hpo import deps
 from hpo.config.trial import Knobs
 from hpo.errors import KnobUnavailable
 from hpo.hardware import probes
-from hpo.knobs.registry import KNOBS, LOADER_SPECS, Needs, spec_for
+from hpo.knobs.registry import VALUE_SPECS, Needs, spec_for
 from hpo.verdicts import Verdict
 from hpo.verify.known_failures import match_known_failure
 from hpo.verify.not_runnable import CHECKED_KNOBS, MachineCheck, NotRunnable
@@ -36,7 +36,7 @@ __all__ = ["check_values", "registry_values", "value_capability"]
 
 def registry_values() -> dict[str, list]:
     """Every value of the checked knobs the registry holds: what `hpo doctor` checks."""
-    return {knob: list(LOADER_SPECS if knob == "loader" else KNOBS[knob]) for knob in CHECKED_KNOBS}
+    return {knob: list(VALUE_SPECS[knob]) for knob in CHECKED_KNOBS}
 
 
 def value_capability(knob: str, value: str, device: torch.device) -> probes.Capability:

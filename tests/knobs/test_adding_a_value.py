@@ -59,8 +59,8 @@ import json, sys
 from hpo.knobs import registry
 registry.ATTENTION_SPECS["flex"] = registry.AttentionSpec(name="flex", builder="m:f", evidence_ops=("x",))
 from hpo.config.schema import SystemsSpec
-from hpo.knobs.values import ATTENTIONS
-print(json.dumps([list(ATTENTIONS), SystemsSpec(attention=["flex", "sdpa"]).choices()["attention"], "torch" in sys.modules]))
+from hpo.knobs.systems import KNOBS
+print(json.dumps([list(KNOBS["attention"].values), SystemsSpec(attention=["flex", "sdpa"]).choices()["attention"], "torch" in sys.modules]))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
