@@ -18,7 +18,7 @@ import torch
 from examples.zoo.models import ZooModel
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.hardware.runtime import trial_runtime
-from hpo.knobs.registry import KNOBS
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.verify.cache import MemoryVerdicts
 from hpo.verify.compared import ReferenceMemory
 from hpo.verify.not_runnable import CHECKED_KNOBS
@@ -67,17 +67,13 @@ class ProbeRow:
 
 
 def knob_values(compile_modes: Sequence[str] = ("default",)) -> list[KnobValue]:
-    """Every value of every knob other than the reference's, from hpo's knob registry; of compile,
-    only `compile_modes` (each costs a compilation)."""
+    """Every value of every trial knob other than the reference's, from hpo's knob modules; of
+    compile's modes, only `compile_modes` (each costs a compilation)."""
     reference = REFERENCE_KNOBS.as_dict()
     values: list[KnobValue] = []
-    for knob, table in KNOBS.items():
-        if knob == "grad_checkpointing":
-            values.append((knob, True))
-        elif knob == "compile":
-            values += [(knob, mode) for mode in compile_modes]
-        else:
-            values += [(knob, value) for value in table if value != reference[knob]]
+    for name, knob in TRIAL_KNOBS.items():
+        candidates = [False, *compile_modes] if name == "compile" else knob.values
+        values += [(name, value) for value in candidates if value != reference[name]]
     return values
 
 

@@ -18,15 +18,15 @@ from hpo.hardware.peaks import peak_for
 from hpo.hardware.runtime import resolve_device
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.study.samplers import PRUNERS, sampler_requirements
-from hpo.verify.not_runnable import MachineCheck
+from hpo.verify.not_runnable import CHECKED_KNOBS, MachineCheck
 from hpo.verify.runnable import check_values, registry_values
 
 
 def capability_report(device: torch.device) -> dict:
     """What runs on `device`: a row per knob value in the registry, plus samplers, pruners, peaks."""
     check = check_values(registry_values(), device)
-    precision = _rows(check, "precision")
-    precision["tf32"] = _row(probes.tf32_supported(device))  # a matmul mode trials turn on, not a knob value
+    knobs = {knob: _rows(check, knob) for knob in CHECKED_KNOBS}
+    knobs["precision"]["tf32"] = _row(probes.tf32_supported(device))  # a matmul mode trials turn on, not a knob value
     return {
         "device": probes.device_model(device),
         "device_type": device.type,
@@ -35,10 +35,7 @@ def capability_report(device: torch.device) -> dict:
         "torch_version": torch.__version__,
         "hpo_version": __version__,
         "python": sys.version.split()[0],
-        "precision": precision,
-        "attention": _rows(check, "attention"),
-        "optimizer": _rows(check, "optimizer"),
-        "loader": _rows(check, "loader"),
+        **knobs,
         "unchecked": list(check.unchecked),
         "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
@@ -115,7 +112,7 @@ def format_report(report: dict) -> str:
         f"device        {report['device']} ({report['device_type']}, {report['cuda_devices']} CUDA devices)",
         f"software      torch {report['torch_version']}, hpo {report['hpo_version']}, python {report['python']}",
     ]
-    for section in ("precision", "attention", "optimizer", "loader", "sampler", "pruner"):
+    for section in (*CHECKED_KNOBS, "sampler", "pruner"):
         lines.append(f"{section}:")
         for name, cap in report[section].items():
             mark = "yes" if cap["usable"] else "no "

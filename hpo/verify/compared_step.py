@@ -17,7 +17,7 @@ from hpo.errors import HpoError, KnobUnavailable, TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware.memory_cap import is_out_of_memory
-from hpo.knobs.optimizers import learning_rate_zero
+from hpo.knobs.adamw_builders import learning_rate_zero
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_div, foreach_norm
 from hpo.verdicts import Kind, Verdict

@@ -29,7 +29,7 @@ from hpo.engine.assembly import AssembledModel
 from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed
 from hpo.hardware.memory_cap import is_out_of_memory
 from hpo.hardware.memory_model import PeakModel, fit_peaks
-from hpo.knobs.optimizers import learning_rate_zero
+from hpo.knobs.adamw_builders import learning_rate_zero
 from hpo.verify.cache import VerdictStore
 from hpo.workloads.base import Workload
 

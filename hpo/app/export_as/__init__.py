@@ -14,8 +14,9 @@ import optuna
 from hpo.app.export_as.hf import hf_arguments
 from hpo.app.export_as.lightning_trainer import lightning_arguments
 from hpo.app.export_as.python_loop import python_snippet
-from hpo.app.export_as.winner import HF_ATTN, Winner, winner_of
+from hpo.app.export_as.winner import Winner, winner_of
 from hpo.errors import UserInputError
+from hpo.knobs.systems.attention import HF_ATTN
 
 __all__ = ["FORMATS", "HF_ATTN", "Winner", "export_as", "hf_arguments", "lightning_arguments", "python_snippet", "winner_of"]
 
