@@ -15,7 +15,7 @@ alone would do it by a chance of at most 0.2% (`hpo.verify.outpaced`: 6 rounds a
 both sides steady (`hpo.verify.steady`, the reference's fastest agreeing). Fastest against fastest
 alone called grad checkpointing, 1.37x by a plain loop, `at least 1.5x` at a load of 40 on 2 cores:
 the reference got one quiet step the knobs never got the like of. A step of the knobs is stopped
-once past the limit against the reference's slowest step so far, with a margin
+once past the limit against the reference's median step so far, with a margin
 (`hpo.verify.side_by_side.STOP_MARGIN`, `hpo.verify.step_deadline`): an emulated bf16 MiniLM step
 then costs about 7.5x the reference's instead of its full 15x at the default limit of 5x, and a
 verdict on such steps says the slowdown is at least that. A proof of a slow subset so costs 6 to
@@ -181,7 +181,7 @@ def _proven_slow(
     warm_timing: StepTimes | None = None,
 ) -> SlowProof:
     """Rounds of one step of each side, the side that goes first alternating, each step of the knobs
-    stopped STOP_MARGIN past the limit against the reference's slowest so far; at most the policy's
+    stopped STOP_MARGIN past the limit against the reference's median so far; at most the policy's
     `max_repeats` rounds. Cleared from the PROOF_ROUNDS-th round on once the knobs' fastest step is
     within the limit of the reference's fastest. A verdict once the pairs of steps prove the knobs
     over the limit beyond noise (`hpo.verify.outpaced`, 6 rounds at the least) and both sides are
@@ -201,18 +201,23 @@ def _proven_slow(
             return SlowProof()
         shown = outlook(rounds.knobs.ms, rounds.reference_ms, limit.ratio, policy.max_repeats)
         if shown is Outlook.UNPROVABLE or (shown is Outlook.OPEN and rounds.count >= policy.max_repeats):
+            _too_noisy(rounds.reference_ms, policy)  # the cause, where the reference's own steps disagree
             raise _NotJudged(f"not proven slow: {describe(rounds.knobs.ms, rounds.reference_ms, limit.ratio)}")
         if shown is Outlook.SLOW and rounds.settled():
             break
         rounds.one_round()
     # Proven over the limit. Judged only if the reference's own steps held still: where even its
     # fastest steps disagree widely, the knobs' may be slowed by the same noise.
-    timed = StepTimes(tuple(rounds.reference_ms), 0, policy.window)
+    _too_noisy(rounds.reference_ms, policy)
+    fastest, at_least = rounds.knobs.fastest()
+    judged = dataclasses.replace(limit, reference_ms=min(rounds.reference_ms))
+    return SlowProof(judged.verdict(knobs, fastest, at_least=at_least), slowdown=judged.slowdown(fastest), at_least=at_least)
+
+
+def _too_noisy(reference_ms: list[float], policy: TimingPolicy) -> None:
+    timed = StepTimes(tuple(reference_ms), 0, policy.window)
     if timed.spread > MAX_REFERENCE_SPREAD:
         raise _NotJudged(f"reference spread {timed.spread:.0%} (over {MAX_REFERENCE_SPREAD:.0%}; steps {_ms(timed)})")
-    fastest, at_least = rounds.knobs.fastest()
-    judged = dataclasses.replace(limit, reference_ms=timed.best_ms)
-    return SlowProof(judged.verdict(knobs, fastest, at_least=at_least), slowdown=judged.slowdown(fastest), at_least=at_least)
 
 
 def _ms(timed: StepTimes) -> str:
