@@ -8,8 +8,8 @@ the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and onl
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
 first measurement was noise (a busy machine) and nothing is cached. The two sides are timed
 interleaved, one step of each a round, the side that goes first alternating, after one untimed
-step of each at the timed shape. A knobs step whose fastest is within the limit of the reference's
-fastest from the third round on (PROOF_ROUNDS) is cleared. A verdict needs more: the knobs' steps
+step of each at the timed shape. Knobs whose fastest step is within the limit of the reference's
+fastest, from the third round on (PROOF_ROUNDS), are cleared. A verdict needs more: the knobs' steps
 over the limit against the reference's in so many of the pairs of steps of the rounds that noise
 alone would do it by a chance of at most 0.2% (`hpo.verify.outpaced`: 6 rounds at the least), and
 both sides steady (`hpo.verify.steady`, the reference's fastest agreeing). Fastest against fastest
@@ -200,7 +200,7 @@ def _proven_slow(
         if rounds.count >= PROOF_ROUNDS and min(rounds.knobs.ms) <= rounds.over_ms():
             return SlowProof()
         shown = outlook(rounds.knobs.ms, rounds.reference_ms, limit.ratio, policy.max_repeats)
-        if shown is Outlook.UNPROVABLE or (shown is Outlook.OPEN and rounds.count >= policy.max_repeats):
+        if shown is Outlook.UNPROVABLE:  # at the cap, whatever is not proven is unprovable
             _too_noisy(rounds.reference_ms, policy)  # the cause, where the reference's own steps disagree
             raise _NotJudged(f"not proven slow: {describe(rounds.knobs.ms, rounds.reference_ms, limit.ratio)}")
         if shown is Outlook.SLOW and rounds.settled():
@@ -215,6 +215,7 @@ def _proven_slow(
 
 
 def _too_noisy(reference_ms: list[float], policy: TimingPolicy) -> None:
+    """Not judged where the reference's fastest steps disagree by more than MAX_REFERENCE_SPREAD."""
     timed = StepTimes(tuple(reference_ms), 0, policy.window)
     if timed.spread > MAX_REFERENCE_SPREAD:
         raise _NotJudged(f"reference spread {timed.spread:.0%} (over {MAX_REFERENCE_SPREAD:.0%}; steps {_ms(timed)})")
