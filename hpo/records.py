@@ -173,8 +173,9 @@ class TrialRecord(_Record):
     slow_not_judged: str | None = Field(
         None,
         description="why the trial's speed was not judged: its steps were over the limit but the fp32/eager "
-        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), and the trial "
-        "trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
+        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), or, timed "
+        "beside the reference, its steps were over the limit in too few pairs of steps to rule out noise (`not proven "
+        "slow: ...`), and the trial trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
         "speed: ...`), and records no `slowdown`",
     )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")
