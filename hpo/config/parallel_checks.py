@@ -33,16 +33,28 @@ def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callabl
 
 
 def _check_devices(parallel: ParallelSpec, device: str, where: Callable[[str], str]) -> None:
-    if parallel.backend == "nccl" and device == "cpu":
+    visible = visible_cuda_devices()
+    on_cpu = device == "cpu" or (device == "auto" and visible == 0)
+    if parallel.backend == "nccl" and on_cpu:
+        shown = "cpu" if device == "cpu" else "auto with CUDA_VISIBLE_DEVICES showing no GPU"
         raise UserInputError(
-            f"{where('systems.parallel.backend')}: nccl runs collectives on CUDA devices, got systems.device cpu; "
+            f"{where('systems.parallel.backend')}: nccl runs collectives on CUDA devices, got systems.device {shown}; "
             "use backend gloo (or auto)"
         )
-    visible = visible_cuda_devices()
-    if device.startswith("cuda") and visible is not None and parallel.processes > visible:
+    if on_cpu or not device.startswith(("cuda", "auto")) or visible is None:
+        return  # a CPU trial, or GPUs this torch-free check cannot count (the launch counts them with torch)
+    where_key, n = where("systems.parallel.processes"), parallel.processes
+    if n > visible:
         raise UserInputError(
-            f"{where('systems.parallel.processes')}: {parallel.processes} ranks need as many GPUs, "
-            f"CUDA_VISIBLE_DEVICES shows {visible}; lower processes or make more GPUs visible"
+            f"{where_key}: {n} ranks need as many GPUs, CUDA_VISIBLE_DEVICES shows {visible}; "
+            "lower processes or make more GPUs visible"
+        )
+    if visible % n:
+        fits = [d for d in range(1, visible + 1) if visible % d == 0]
+        raise UserInputError(
+            f"{where_key}: each worker runs trials of {n} ranks on its own {n} GPUs, and {n} does not divide the "
+            f"{visible} CUDA_VISIBLE_DEVICES shows ({visible % n} would sit idle); use processes in {fits} "
+            f"or make a multiple of {n} GPUs visible"
         )
 
 
