@@ -1,9 +1,11 @@
 """Two `hpo worker` processes share one PostgreSQL study whose trials each run as 2 ranks: together
 they run exactly the study's budget, every trial's record shows that both of its ranks trained, and
-once the workers end no process they started is left and no port they listened on stays bound."""
+once the workers end no process they started is left and no port they listened on stays bound. A
+worker stopped by SIGTERM in the middle of such a trial leaves neither."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ from optuna.trial import TrialState
 from parallel_ranks import assert_two_ranks_trained, two_rank_space
 from space_files import write_space
 
+from hpo.errors import ExitCode
 from hpo.records import check_trial_attrs
 from hpo.storage.open import GRACE_PERIOD_S
 from worker_harness import ROOT, STUDY, alive, create_study, descendants, hpo_env, kill_group, tickets, trials, wait_for
@@ -101,3 +104,33 @@ def test_two_workers_run_the_exact_budget_of_two_rank_trials_on_postgres(postgre
     wait_for(lambda: not alive(seen), 60, f"the processes the workers started to end (left: {sorted(alive(seen))})")
     assert ports, "the test should have seen the rendezvous store listen"
     assert not _still_listening(ports), f"ports still bound: {sorted(_still_listening(ports))}"
+
+
+def _ranks_in_group(pid: int) -> set[int] | None:
+    """The two ranks below `pid` once both joined their group (each listens on gloo's port for its peer)."""
+    found = _ranks_among(descendants(pid))
+    return found if len(found) == 2 and all(_listening_ports({rank}) for rank in found) else None
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_worker_mid_trial_stops_both_ranks_and_frees_their_ports(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    space = two_rank_space(STUDY, n_trials=1, max_steps=10**6)  # trains until it is stopped
+    create_study(write_space(tmp_path / "space.yaml", space), url)
+    worker = _start_worker(url, tmp_path / "worker.log")
+    try:
+        ranks = wait_for(lambda: _ranks_in_group(worker.pid), 300, "both ranks of the trial to join their group")
+        seen = descendants(worker.pid)
+        ports = _listening_ports(seen)
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=120)
+    finally:
+        if worker.poll() is None:
+            kill_group(worker)
+    assert worker.returncode == ExitCode.TERMINATED, (tmp_path / "worker.log").read_text()[-3000:]
+    assert ranks <= seen
+    wait_for(lambda: not alive(seen), 60, f"the worker's processes to end (left: {sorted(alive(seen))})")
+    assert not _still_listening(ports), f"ports still bound: {sorted(_still_listening(ports))}"
+    (stopped,) = [t for t in trials(url) if t.state == TrialState.FAIL]
+    assert stopped.user_attrs["verdict"] == "terminated: its worker was stopped by SIGTERM"
+    assert [t.state for t in trials(url)].count(TrialState.WAITING) == 1  # its retry, as for any trial
