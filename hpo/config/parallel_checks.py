@@ -15,11 +15,17 @@ __all__ = ["check_parallel", "visible_cuda_devices"]
 
 
 def visible_cuda_devices() -> int | None:
-    """The number of GPUs CUDA_VISIBLE_DEVICES leaves visible; None when it is not set."""
+    """The number of GPUs CUDA_VISIBLE_DEVICES leaves visible, as CUDA reads it: its leading entries
+    up to the first empty or negative one; None when it is not set."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return None
-    return len([d for d in value.split(",") if d.strip() and not d.strip().startswith("-")])
+    shown = 0
+    for entry in value.split(","):
+        if not entry.strip() or entry.strip().startswith("-"):
+            break
+        shown += 1
+    return shown
 
 
 def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:

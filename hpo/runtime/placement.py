@@ -35,13 +35,14 @@ def default_workers(per_trial: int = 1) -> int:
 
 
 def visible_gpus() -> list[str]:
-    """The CUDA_VISIBLE_DEVICES entries this process's workers are spread over."""
+    """The CUDA_VISIBLE_DEVICES entries this process's workers are spread over: those CUDA shows,
+    the leading ones up to the first it cannot use (out of range, repeated, negative)."""
     import torch
 
     if not torch.cuda.is_available():
         return []
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return listed.split(",") if listed else [str(i) for i in range(torch.cuda.device_count())]
+    count, listed = torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES")
+    return listed.split(",")[:count] if listed else [str(i) for i in range(count)]
 
 
 def gpu_slices(gpus: list[str], per_trial: int) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from parallel_ranks import two_rank_config
 
+from hpo.config.parallel_checks import visible_cuda_devices
 from hpo.config.resolve import fixed_config, representative_config, searched_keys
 from hpo.config.space import parse_space
 from hpo.config.trial import ParallelSettings
@@ -102,3 +103,9 @@ def test_more_ranks_than_visible_gpus_is_refused(monkeypatch):
         parse_space(raw, "s.yaml")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert parse_space(raw, "s.yaml").parallel["processes"] == [2]
+
+
+@pytest.mark.parametrize(("listed", "shown"), [("0,1,2", 3), ("3, 1", 2), ("0,-1,1", 1), ("", 0), ("-1", 0)])
+def test_the_gpus_counted_are_those_cuda_reads_from_cuda_visible_devices(monkeypatch, listed, shown):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert visible_cuda_devices() == shown

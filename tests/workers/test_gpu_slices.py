@@ -5,6 +5,7 @@ CUDA_VISIBLE_DEVICES leaves visible, read at each call, as a fresh worker proces
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -39,7 +40,7 @@ def host_with_gpus(monkeypatch, tmp_path):
     def make(n: int) -> None:
         monkeypatch.setattr(placement, "GPU_DRIVER_PATHS", (str(tmp_path),))
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: visible_on(n, placement.os.environ.get("CUDA_VISIBLE_DEVICES")))
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: visible_on(n, os.environ.get("CUDA_VISIBLE_DEVICES")))
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return make
@@ -84,6 +85,13 @@ def test_the_slices_follow_the_order_cuda_visible_devices_lists(host_with_gpus, 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,6,1,0,3,2")
     assert placement.default_workers(3) == 2
     assert start_workers(monkeypatch, per_trial=3) == ["7,6,1", "0,3,2"]
+
+
+def test_only_the_gpus_cuda_shows_are_sliced(host_with_gpus, monkeypatch):
+    host_with_gpus(2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0,5,6")  # 5 and 6 are not on this host: CUDA shows 2
+    assert placement.default_workers(2) == 1
+    assert placement.gpu_slices(placement.visible_gpus(), 2) == ["1,0"]
 
 
 def test_one_gpu_trials_keep_one_worker_per_gpu(host_with_gpus, monkeypatch):
