@@ -49,7 +49,11 @@ def _check_devices(parallel: ParallelSpec, device: str, where: Callable[[str], s
         )
     if on_cpu or not device.startswith(("cuda", "auto")) or visible is None:
         return  # a CPU trial, or GPUs this torch-free check cannot count (the launch counts them with torch)
-    where_key, n = where("systems.parallel.processes"), parallel.processes
+    _check_gpu_count(parallel.processes, visible, where("systems.parallel.processes"))
+
+
+def _check_gpu_count(n: int, visible: int, where_key: str) -> None:
+    """Each worker's trials take n GPUs of its own: n must fit in, and divide, the visible GPUs."""
     if n > visible:
         raise UserInputError(
             f"{where_key}: {n} ranks need as many GPUs, CUDA_VISIBLE_DEVICES shows {visible}; "
