@@ -44,8 +44,8 @@ CASES = {
     "nccl where no GPU is visible": (
         space("auto", processes=2, backend="nccl"),
         "",
-        "systems.parallel.backend: nccl runs collectives on CUDA devices, got systems.device auto with "
-        "CUDA_VISIBLE_DEVICES showing no GPU; use backend gloo (or auto)",
+        "systems.parallel.backend: nccl runs collectives on CUDA devices, got systems.device auto where "
+        "CUDA_VISIBLE_DEVICES shows no GPU; use backend gloo (or auto)",
     ),
 }
 
