@@ -66,7 +66,8 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        help="local worker processes (default: one per visible GPU, 1 on CPU; "
+        help="local worker processes (default: one per visible GPU, or per N GPUs for trials of "
+        "systems.parallel.processes N, 1 on CPU; "
         "0: only create or resume the study, for workers started elsewhere)",
     )
     p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
