@@ -4,7 +4,8 @@ prints one line, `vs-bare row: {...}`, with what `benchmarks.vs_bare_meter` meas
 The hpo side is `hpo train` on the config (`hpo.app.retrain.retrain`, the command's own code: the
 executor's probe, then training), with the workload swapped for its timed twin. The bare side is
 `benchmarks.bare_loop` on the same config, under the same process settings as hpo's trial
-(`trial_runtime`: TF32 and cudnn.benchmark on CUDA, the C allocator keeping freed memory), so the
+(`trial_runtime`: TF32 on CUDA, the C allocator keeping freed memory; and each process knob of the
+config, cudnn.benchmark's among them, as `applied_to_process` sets it around hpo's steps), so the
 ratio measures the loop and not the settings. A fresh process per side keeps resident-set figures
 apart and gives each side its own CUDA context.
 """
@@ -24,6 +25,7 @@ from benchmarks.vs_bare_meter import METER, timed_workload_name
 from hpo.config.resolve import load_config
 from hpo.hardware import resolve_device, trial_runtime
 from hpo.hardware.probes import device_model
+from hpo.knobs.systems import applied_to_process
 from hpo.records import RecordKey
 from hpo.runtime import preload_lazy_imports
 from hpo.workloads.catalog import create_workload
@@ -76,7 +78,7 @@ def run_bare(config_path: Path, device: str | None) -> dict:
     # base is then its model and loop, not when an import happened.
     preload_lazy_imports()
     workload = create_workload(timed_workload_name(config.workload), config.workload_options)
-    with trial_runtime(target):
+    with trial_runtime(target), applied_to_process(config.knobs.as_dict(), target.type):
         train_bare(workload, config, target)
     return {"verdict": "ok", "device": str(target)}
 

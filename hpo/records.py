@@ -8,7 +8,7 @@ hpo.app.docgen` writes it; a test keeps it in step). Writers and readers name a 
 attrs, which the tests do for every trial of real studies.
 
 It sits below every layer that writes a record (storage, hardware, evidence, trial, study), so each
-of them can name the keys; it imports nothing of hpo.
+of them can name the keys; of hpo it imports only the knob declarations, whose records it derives.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from hpo.knobs.systems import TRIAL_KNOBS
 
 __all__ = ["KnobsObserved", "KnobsRequested", "RecordKey", "RuntimeSettings", "TrialRecord", "check_trial_attrs", "readme_list"]
 
@@ -25,31 +27,22 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class KnobsRequested(_Record):
-    """The five systems knobs as the trial asked for them."""
-
-    precision: str
-    attention: str
-    optimizer: str
-    grad_checkpointing: bool
-    compile: bool | str
-
-
-class KnobsObserved(_Record):
-    """The knobs as the evidence of a real training step showed they ran."""
-
-    precision: str | None  # null: nothing observed it (never a guessed value); several: "mixed(bf16+fp32)"
-    attention_dtype: str | None
-    attention: str | None  # several kernels: their names joined by "+"
-    optimizer: str | None
-    grad_checkpointing: bool
-    compile: bool
-    compiled_graphs: int
-    grad_scaler: bool
-    # Every precision and attention kernel seen, as lists: what code reads (the two strings above
-    # are for people). Absent from records written before them: `observed_lists` reads those.
-    precisions: list[str] | None = None
-    attentions: list[str] | None = None
+# The knobs as the trial asked for them: one field per knob of a trial's `Knobs` (hpo.knobs.systems).
+KnobsRequested = create_model(
+    "KnobsRequested",
+    __base__=_Record,
+    __doc__="The systems knobs as the trial asked for them.",
+    __module__=__name__,
+    **{name: (k.value_type, ...) for name, k in TRIAL_KNOBS.items()},
+)
+# The knobs as the evidence of a real training step showed they ran: the fields each knob observes.
+KnobsObserved = create_model(
+    "KnobsObserved",
+    __base__=_Record,
+    __doc__="The knobs as the evidence of a real training step showed they ran.",
+    __module__=__name__,
+    **{field: spec for k in TRIAL_KNOBS.values() for field, spec in k.observed_fields.items()},
+)
 
 
 def observed_lists(observed: dict) -> tuple[list[str], list[str]]:
@@ -68,7 +61,6 @@ class RuntimeSettings(_Record):
     """Global settings a trial ran under (`hpo.hardware.runtime.trial_runtime`)."""
 
     tf32: bool  # whether TF32 tensor cores ran fp32 matmuls
-    cudnn_benchmark: bool
     cpu_allocator: str  # what the C allocator was set to (`hpo.hardware.allocator`)
 
 
@@ -82,7 +74,7 @@ class TrialRecord(_Record):
         "`crashed: …`, `timeout: …` or `error: …`: why the trial ended as it did"
     )
     config: dict[str, Any] | None = Field(None, description="the complete resolved config (`hpo export` writes it)")
-    knobs_requested: KnobsRequested | None = Field(None, description="the five knobs as asked")
+    knobs_requested: KnobsRequested | None = Field(None, description="the trial's knobs (`Knobs`) as asked")
     knobs_observed: KnobsObserved | dict[str, Any] | None = Field(
         None,
         description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and "
@@ -128,7 +120,7 @@ class TrialRecord(_Record):
     hpo_version: str | None = Field(None, description="hpo's version")
     runtime: RuntimeSettings | dict[str, bool | str] | None = Field(
         None,
-        description="global settings the trial ran under: torch's `tf32` and `cudnn_benchmark`, and `cpu_allocator`, "
+        description="global settings the trial ran under: torch's `tf32` and `cpu_allocator`, "
         "the C allocator's setting (on glibc, freed memory is kept for the next step; see hpo.hardware.allocator)",
     )
     probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
@@ -181,8 +173,9 @@ class TrialRecord(_Record):
     slow_not_judged: str | None = Field(
         None,
         description="why the trial's speed was not judged: its steps were over the limit but the fp32/eager "
-        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), and the trial "
-        "trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
+        "reference's own steady steps varied too much on this machine (e.g. `reference spread 41% ...`), or, timed "
+        "beside the reference, its steps were over the limit in too few pairs of steps to rule out noise (`not proven "
+        "slow: ...`), and the trial trained without the check; or it timed fewer steady steps than the check reads (`too few steps to judge "
         "speed: ...`), and records no `slowdown`",
     )
     probe_loss_rel_err: float | None = Field(None, description="relative loss error against the fp32/eager reference")

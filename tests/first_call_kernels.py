@@ -11,7 +11,7 @@ import dataclasses
 import time
 
 from hpo.knobs import registry
-from hpo.knobs.attention import sdpa_attention
+from hpo.knobs.attention_kernels import sdpa_attention
 
 FIRST_CALL_S = 1.0
 SLOW_S = 0.0  # set by the test, from this machine's reference step

@@ -13,7 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from hpo.evidence.capture import ops_seen
 from hpo.evidence.dispatch import MatmulDtypeRecorder
 from hpo.evidence.observe import StepEvidence, observed_knobs
-from hpo.knobs.checkpointing import RecomputeCounter
+from hpo.knobs.recompute import RecomputeCounter
 from hpo.workloads.hf_common import checkpoint_layers
 
 
@@ -44,7 +44,10 @@ def pinned(w):
     """What NOTES.txt tells the user to wrap training in when the trial ran a pinned SDPA kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel(getattr(SDPBackend, w.sdpa_kernel)) if w.sdpa_kernel else contextlib.nullcontext()
+    from hpo.knobs.systems import KNOBS
+
+    kernel = KNOBS["attention"].sdpa_kernel(w.knobs["attention"])
+    return sdpa_kernel(getattr(SDPBackend, kernel)) if kernel else contextlib.nullcontext()
 
 
 def examples(workload) -> list[dict]:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hpo.knobs.attention import attention_function
+from hpo.knobs.attention_kernels import attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
 from toy_workloads import Toy, ToyModel
 

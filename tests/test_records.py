@@ -26,8 +26,8 @@ def test_each_record_key_constant_names_a_field_of_the_schema():
 
 
 def test_the_runtime_settings_are_declared():
-    check_trial_attrs({"verdict": "ok", "runtime": {"tf32": False, "cudnn_benchmark": False, "cpu_allocator": "glibc"}})
-    assert set(RuntimeSettings.model_fields) == {"tf32", "cudnn_benchmark", "cpu_allocator"}
+    check_trial_attrs({"verdict": "ok", "runtime": {"tf32": False, "cpu_allocator": "glibc"}})
+    assert set(RuntimeSettings.model_fields) == {"tf32", "cpu_allocator"}
 
 
 def test_hpo_names_every_record_key_it_reads_or_writes_by_its_constant():

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hpo.knobs.attention import attention_function
+from hpo.knobs.attention_kernels import attention_function
 from hpo.verify.probing._probe import PROBE_SAMPLES
 from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
 

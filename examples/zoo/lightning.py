@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from examples.zoo.vision import CLASSES, IMAGE, cifar_shaped
-from hpo.knobs.attention import AttentionFn
+from hpo.knobs.attention_kernels import AttentionFn
 from hpo.workloads.base import WorkloadOptions
 from hpo.workloads.lightning import LightningWorkload
 

@@ -1,5 +1,5 @@
 """Each zoo model against each knob value, one value at a time, through hpo's pre-trial probe
-(`hpo.verify.probing.run_probe`, as `hpo probe` runs it): the value's verdict on that model against
+(`hpo.verify.probing._probe.run_probe`, as `hpo probe` runs it): the value's verdict on that model against
 the fp32/eager/for-loop reference, with the probe's errors and what the probe cost.
 
     for row in probe_model(ZOO["llama"], knob_values(), torch.device("cpu")):
@@ -18,7 +18,7 @@ import torch
 from examples.zoo.models import ZooModel
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.hardware import trial_runtime
-from hpo.knobs.registry import KNOBS
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.machine import CHECKED_KNOBS, value_capability
 from hpo.verify.probing import ReferenceMemory, run_probe
@@ -65,17 +65,13 @@ class ProbeRow:
 
 
 def knob_values(compile_modes: Sequence[str] = ("default",)) -> list[KnobValue]:
-    """Every value of every knob other than the reference's, from hpo's knob registry; of compile,
-    only `compile_modes` (each costs a compilation)."""
+    """Every value of every trial knob other than the reference's, from hpo's knob modules; of
+    compile's modes, only `compile_modes` (each costs a compilation)."""
     reference = REFERENCE_KNOBS.as_dict()
     values: list[KnobValue] = []
-    for knob, table in KNOBS.items():
-        if knob == "grad_checkpointing":
-            values.append((knob, True))
-        elif knob == "compile":
-            values += [(knob, mode) for mode in compile_modes]
-        else:
-            values += [(knob, value) for value in table if value != reference[knob]]
+    for name, knob in TRIAL_KNOBS.items():
+        candidates = [False, *compile_modes] if name == "compile" else knob.values
+        values += [(name, value) for value in candidates if value != reference[name]]
     return values
 
 

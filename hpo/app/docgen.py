@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from hpo.app.api_page import api_page
+from hpo.app.knobs_page import knobs_page
 from hpo.config.schema import SpaceFile
 from hpo.errors import exit_code_table
 from hpo.records import readme_list
@@ -117,6 +118,7 @@ PAGES: dict[str, typing.Callable[[], str]] = {
     "search-space.md": search_space_page,
     "cli.md": lambda: cli_page(_parser()),
     "records.md": records_page,
+    "knobs.md": lambda: knobs_page(_NOTE.strip()),
     "python-api.md": lambda: api_page(_NOTE.strip()),
 }
 

@@ -1,5 +1,5 @@
 """`hpo doctor`: the capability table, one row per knob value in `hpo.knobs.registry`, each checked
-by `hpo.verify.machine.check_values`, the same check that keeps a worker from proposing a value
+by `hpo.verify.machine._kernel_check.check_values`, the same check that keeps a worker from proposing a value
 that cannot run on its machine: a "no" here is a value no worker here proposes, and a value refused
 only with some precisions says "no with precision=fp32: ..." for each."""
 
@@ -16,14 +16,14 @@ from hpo.errors import UserInputError
 from hpo.hardware import peak_for, probes, resolve_device
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.study import PRUNERS, sampler_requirements
-from hpo.verify.machine import MachineCheck, check_values, registry_values
+from hpo.verify.machine import CHECKED_KNOBS, MachineCheck, check_values, registry_values
 
 
 def capability_report(device: torch.device) -> dict:
     """What runs on `device`: a row per knob value in the registry, plus samplers, pruners, peaks."""
     check = check_values(registry_values(), device)
-    precision = _rows(check, "precision")
-    precision["tf32"] = _row(probes.tf32_supported(device))  # a matmul mode trials turn on, not a knob value
+    knobs = {knob: _rows(check, knob) for knob in CHECKED_KNOBS}
+    knobs["precision"]["tf32"] = _row(probes.tf32_supported(device))  # a matmul mode trials turn on, not a knob value
     return {
         "device": probes.device_model(device),
         "device_type": device.type,
@@ -32,10 +32,7 @@ def capability_report(device: torch.device) -> dict:
         "torch_version": torch.__version__,
         "hpo_version": __version__,
         "python": sys.version.split()[0],
-        "precision": precision,
-        "attention": _rows(check, "attention"),
-        "optimizer": _rows(check, "optimizer"),
-        "loader": _rows(check, "loader"),
+        **knobs,
         "unchecked": list(check.unchecked),
         "sampler": {r.name: {"usable": r.usable, "why": r.why} for r in sampler_requirements()},
         "pruner": {name: {"usable": True, "why": ""} for name in PRUNERS},
@@ -112,7 +109,7 @@ def format_report(report: dict) -> str:
         f"device        {report['device']} ({report['device_type']}, {report['cuda_devices']} CUDA devices)",
         f"software      torch {report['torch_version']}, hpo {report['hpo_version']}, python {report['python']}",
     ]
-    for section in ("precision", "attention", "optimizer", "loader", "sampler", "pruner"):
+    for section in (*CHECKED_KNOBS, "sampler", "pruner"):
         lines.append(f"{section}:")
         for name, cap in report[section].items():
             mark = "yes" if cap["usable"] else "no "

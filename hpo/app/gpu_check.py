@@ -1,7 +1,7 @@
 """The knob verification matrix on this machine's accelerator (or CPU), through hpo's executor.
 
 Every precision x attention x optimizer x checkpointing x compile combination of each workload runs
-as a short trial through `hpo.trial.execute`, the path a study's trial takes: the
+as a short trial through `hpo.trial._executor.execute`, the path a study's trial takes: the
 pre-trial probe gives the verdict, the loss/gradient error against fp32/eager and the probe's timed
 steps (throughput relative to the fp32/eager/for-loop reference); a combination the probe passes
 then trains `steps` steps, which gives its trained throughput and peak memory.
@@ -31,6 +31,7 @@ from hpo import torch_compat
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.hardware import resolve_device
 from hpo.hardware.probes import device_model
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.logging import get_logger
 from hpo.records import RecordKey
 from hpo.trial import execute
@@ -80,14 +81,21 @@ class MatrixCheck:
         )
 
 
-def matrix(precisions, attentions, optimizers, checkpointing, compiles) -> list[Knobs]:
-    """Every combination; `checkpointing` holds "false"/"true", `compiles` "false" or a compile mode."""
-    flags = {"false": False, "true": True}
-    modes = [False if c == "false" else c for c in compiles]
-    return [
-        Knobs(precision=p, attention=a, optimizer=o, grad_checkpointing=flags[c], compile=m)
-        for p, a, o, c, m in itertools.product(precisions, attentions, optimizers, checkpointing, modes)
-    ]
+def choices_from_flags(texts: dict[str, list[str]]) -> dict[str, list]:
+    """Each knob's values from gpu-check's flags (`--precision bf16 fp32` as {"--precision": [...]});
+    a knob whose flag is absent takes the values gpu-check runs by default."""
+    choices = {}
+    for name, knob in TRIAL_KNOBS.items():
+        default = knob.values if knob.gpu_check_values is None else knob.gpu_check_values
+        given = texts.get(knob.flag)
+        choices[name] = list(default) if given is None else [knob.from_cli(text) for text in given]
+    return choices
+
+
+def matrix(choices: dict[str, list]) -> list[Knobs]:
+    """Every combination of each knob's values in `choices`."""
+    names = list(choices)
+    return [Knobs(**dict(zip(names, values, strict=True))) for values in itertools.product(*choices.values())]
 
 
 def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
@@ -122,10 +130,8 @@ def _line(r: dict) -> str:
     sps = "" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.0f}"
     speed = "" if r.get("speedup_vs_fp32_eager") is None else f"{r['speedup_vs_fp32_eager']:.2f}"
     verdict = r["verdict"] if len(r["verdict"]) < 70 else r["verdict"][:67] + "..."
-    return (
-        f"| {r['workload']} | {k['precision']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
-        f"| {k['compile']} | {verdict} | {sps} | {speed} |"
-    )
+    knobs = " | ".join(str(k.get(name, "")) for name in TRIAL_KNOBS)
+    return f"| {r['workload']} | {knobs} | {verdict} | {sps} | {speed} |"
 
 
 def markdown(rows: list[dict], device: str) -> str:
@@ -133,8 +139,8 @@ def markdown(rows: list[dict], device: str) -> str:
     lines = [
         f"Knob verification on {device}",
         "",
-        "| workload | precision | attention | optimizer | ckpt | compile | verdict | samples/s | x fp32/eager |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | " + " | ".join(k.header for k in TRIAL_KNOBS.values()) + " | verdict | samples/s | x fp32/eager |",
+        "|---|" + "---|" * (len(TRIAL_KNOBS) + 3),
         *(_line(r) for r in rows),
     ]
     for workload in sorted({r["workload"] for r in rows}):

@@ -8,6 +8,7 @@ from pathlib import Path
 from hpo.app.command_io import show, storage_url
 from hpo.app.output import dumps, outcome_json
 from hpo.errors import ExitCode, UserInputError
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.records import RecordKey
 
 
@@ -50,6 +51,11 @@ def cmd_gpu_check(args) -> int:
             f"(it trains your checkpoint on your files); `hpo probe SPACE.yaml` runs the same sweep with them"
         )
     how = MatrixCheck(batch_size=args.batch_size, steps=args.steps, compile_backend=args.compile_backend, device=args.device)
-    combos = matrix(args.precision, args.attention, args.optimizer, args.checkpointing, args.compile)
+    combos = matrix(
+        {
+            name: [knob.from_cli(text) for text in getattr(args, knob.flag[2:].replace("-", "_"))]
+            for name, knob in TRIAL_KNOBS.items()
+        }
+    )
     print(check_here(Path(args.out_dir), args.workloads, combos, how, args.timeout))
     return ExitCode.OK

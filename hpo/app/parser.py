@@ -66,7 +66,8 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        help="local worker processes (default: one per visible GPU, 1 on CPU; "
+        help="local worker processes (default: one per visible GPU, or per N GPUs for trials of "
+        "systems.parallel.processes N, 1 on CPU; "
         "0: only create or resume the study, for workers started elsewhere)",
     )
     p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
@@ -146,7 +147,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
 
 def gpu_check_args(p: argparse.ArgumentParser) -> None:
     """`hpo gpu-check`: which combinations, how each runs, where the rows go."""
-    from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, OPTIMIZER_IMPLS, PRECISIONS
+    from hpo.knobs.systems import TRIAL_KNOBS
     from hpo.workloads.catalog import SELF_CONTAINED_WORKLOADS
 
     def values(flag: str, choices, default, what: str) -> None:
@@ -167,11 +168,10 @@ def gpu_check_args(p: argparse.ArgumentParser) -> None:
         help=f"workloads to run each combination on, with their default options: built-in names or package.module:Class "
         f"(default: {' '.join(SELF_CONTAINED_WORKLOADS)}; the hf_* workloads need your files: `hpo probe SPACE.yaml`)",
     )
-    values("--precision", PRECISIONS, PRECISIONS, "precisions to check")
-    values("--attention", ATTENTIONS, ATTENTIONS, "attention backends to check")
-    values("--optimizer", OPTIMIZER_IMPLS, OPTIMIZER_IMPLS, "optimizer implementations to check")
-    values("--checkpointing", ("false", "true"), ("false", "true"), "gradient checkpointing")
-    values("--compile", ("false", *COMPILE_MODES), ("false", "default"), "compile: false, or a torch.compile mode")
+    for knob in TRIAL_KNOBS.values():
+        every = tuple(knob.cli_text(v) for v in knob.values)
+        chosen = every if knob.gpu_check_values is None else tuple(knob.cli_text(v) for v in knob.gpu_check_values)
+        values(knob.flag, every, chosen, knob.help)
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of compiled rows (default inductor)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size of every combination (default 32)")
     p.add_argument("--steps", type=int, default=10, help="training steps after a passed probe (default 10)")

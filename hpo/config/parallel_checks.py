@@ -11,15 +11,35 @@ from hpo.config.params import AutoBatch, Choices, Fixed, IntRange, ParamSpec
 from hpo.config.schema import ParallelSpec, SpaceFile
 from hpo.errors import UserInputError
 
-__all__ = ["check_parallel", "visible_cuda_devices"]
+__all__ = ["check_parallel", "gpus_shown", "visible_cuda_devices"]
+
+# One folder per GPU (named by its PCI address) while NVIDIA's driver is loaded.
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 
 
 def visible_cuda_devices() -> int | None:
-    """The number of GPUs CUDA_VISIBLE_DEVICES leaves visible; None when it is not set."""
+    """The number of GPUs CUDA_VISIBLE_DEVICES leaves visible, as CUDA reads it: its leading entries
+    up to the first empty or negative one; None when it is not set."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return None
-    return len([d for d in value.split(",") if d.strip() and not d.strip().startswith("-")])
+    shown = 0
+    for entry in value.split(","):
+        if not entry.strip() or entry.strip().startswith("-"):
+            break
+        shown += 1
+    return shown
+
+
+def gpus_shown() -> tuple[int, str] | None:
+    """How many GPUs this host gives a trial's ranks, and who says so: CUDA_VISIBLE_DEVICES when
+    it is set, else NVIDIA's driver; None when neither tells (validate imports no torch to ask)."""
+    listed = visible_cuda_devices()
+    if listed is not None:
+        return listed, "CUDA_VISIBLE_DEVICES shows"
+    if os.path.isdir(NVIDIA_GPUS):
+        return len(os.listdir(NVIDIA_GPUS)), "the NVIDIA driver shows"
+    return None
 
 
 def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:
@@ -33,16 +53,31 @@ def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callabl
 
 
 def _check_devices(parallel: ParallelSpec, device: str, where: Callable[[str], str]) -> None:
-    if parallel.backend == "nccl" and device == "cpu":
+    shown = gpus_shown()
+    on_cpu = device == "cpu" or (device == "auto" and shown is not None and shown[0] == 0)
+    if parallel.backend == "nccl" and on_cpu:
+        got = "cpu" if device == "cpu" else f"auto where {shown[1]} no GPU"
         raise UserInputError(
-            f"{where('systems.parallel.backend')}: nccl runs collectives on CUDA devices, got systems.device cpu; "
+            f"{where('systems.parallel.backend')}: nccl runs collectives on CUDA devices, got systems.device {got}; "
             "use backend gloo (or auto)"
         )
-    visible = visible_cuda_devices()
-    if device.startswith("cuda") and visible is not None and parallel.processes > visible:
+    if on_cpu or not device.startswith(("cuda", "auto")) or shown is None:
+        return  # a CPU trial, or GPUs this torch-free check cannot count (the launch counts them with torch)
+    _check_gpu_count(parallel.processes, *shown, where("systems.parallel.processes"))
+
+
+def _check_gpu_count(n: int, visible: int, who: str, where_key: str) -> None:
+    """Each worker's trials take n GPUs of its own: n must fit in, and divide, the visible GPUs."""
+    if n > visible:
         raise UserInputError(
-            f"{where('systems.parallel.processes')}: {parallel.processes} ranks need as many GPUs, "
-            f"CUDA_VISIBLE_DEVICES shows {visible}; lower processes or make more GPUs visible"
+            f"{where_key}: {n} ranks need as many GPUs, {who} {visible}; lower processes or make more GPUs visible"
+        )
+    if visible % n:
+        fits = [d for d in range(1, visible + 1) if visible % d == 0]
+        raise UserInputError(
+            f"{where_key}: each worker runs trials of {n} ranks on its own {n} GPUs, and {n} does not divide the "
+            f"{visible} {who.removesuffix(' shows')} shows ({visible % n} would sit idle); use processes in {fits} "
+            f"or make a multiple of {n} GPUs visible"
         )
 
 

@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from hpo.config.trial import ParallelSettings
-from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
-from hpo.knobs.values import (
-    KNOB_NAMES,
-    LOADER_KNOB_NAMES,
-    PRECISION_ALIASES,
-    Attention,
-    CompileMode,
-    LoaderName,
-    OptimizerImpl,
-    Precision,
-)
+from hpo.knobs.systems import KNOBS, LOADER_KNOBS, TRIAL_KNOBS
 
 SamplerName = Literal["tpe", "random", "nsga2", "cmaes", "gp"]
 PrunerName = Literal["none", "median", "hyperband", "successive_halving"]
@@ -148,44 +138,44 @@ class ParallelSpec(_Searched):
         return {name: _as_list(getattr(self, name)) for name in ParallelSpec.model_fields}
 
 
-class SystemsSpec(_Searched):
-    """Each knob is a scalar (fixed) or a list (searched)."""
+class _SystemsSettings(_Searched):
+    """The `systems` keys that are not knobs; the knobs' keys are added from their modules below."""
 
-    precision: list[Precision] | Precision = KNOB_DEFAULTS["precision"]
-    attention: list[Attention] | Attention = KNOB_DEFAULTS["attention"]
-    optimizer: list[OptimizerImpl] | OptimizerImpl = KNOB_DEFAULTS["optimizer"]
-    grad_checkpointing: list[bool] | bool = KNOB_DEFAULTS["grad_checkpointing"]
-    compile: list[Literal[False] | CompileMode] | Literal[False] | CompileMode = KNOB_DEFAULTS["compile"]
     # Not searched: inductor in real studies; tests and quick looks use the cheap "eager"/"aot_eager".
     compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # Where trials run; not searched. "auto": the worker's GPU if there is one, else the CPU.
     device: str = Field(default="auto", pattern=DEVICE_PATTERN)
-    # The input pipeline (hpo.engine.loader), for a workload that gives hpo a dataset: searched like
-    # the knobs. prefetch_factor null: torch's default (2 batches per worker).
-    loader: list[LoaderName] | LoaderName = LOADER_KNOBS["loader"].default
-    num_workers: list[Annotated[int, Field(ge=0, le=64)]] | Annotated[int, Field(ge=0, le=64)] = LOADER_KNOBS[
-        "num_workers"
-    ].default
-    pin_memory: list[bool] | bool = LOADER_KNOBS["pin_memory"].default
-    prefetch_factor: list[Annotated[int, Field(ge=1)] | None] | Annotated[int, Field(ge=1)] | None = LOADER_KNOBS[
-        "prefetch_factor"
-    ].default
-    persistent_workers: list[bool] | bool = LOADER_KNOBS["persistent_workers"].default
     # Several processes per trial (DDP or FSDP2); absent: one process.
     parallel: ParallelSpec | None = None
 
-    @field_validator("precision", mode="before")
+    @field_validator(*KNOBS, mode="before", check_fields=False)
     @classmethod
-    def _alias(cls, value: Any) -> Any:
-        fix = lambda v: PRECISION_ALIASES.get(v, v) if isinstance(v, str) else v
+    def _normalized(cls, value: Any, info: Any) -> Any:
+        """A knob's other spellings (precision's aliases) read as its own value."""
+        fix = KNOBS[info.field_name].normalized
         return [fix(v) for v in value] if isinstance(value, list) else fix(value)
 
     def choices(self) -> dict[str, list]:
-        return {name: _as_list(getattr(self, name)) for name in KNOB_NAMES}
+        """Each knob of a trial's `Knobs`, as its list of values (one when fixed)."""
+        return {name: _as_list(getattr(self, name)) for name in TRIAL_KNOBS}
 
     def loader_choices(self) -> dict[str, list]:
         """The input-pipeline settings, each as its list of values (one when fixed)."""
-        return {name: _as_list(getattr(self, name)) for name in LOADER_KNOB_NAMES}
+        return {name: _as_list(getattr(self, name)) for name in LOADER_KNOBS}
+
+
+def _searched(one: Any) -> Any:
+    return list[one] | one  # type: ignore[valid-type]
+
+
+# Each knob is a scalar (fixed) or a non-empty list (searched), declared by its module (hpo.knobs.systems).
+SystemsSpec = create_model(
+    "SystemsSpec",
+    __base__=_SystemsSettings,
+    __doc__="Each knob is a scalar (fixed) or a list (searched).",
+    __module__=__name__,
+    **{name: (_searched(k.value_schema()), Field(default=k.default, description=k.help)) for name, k in KNOBS.items()},
+)
 
 
 class SpaceFile(_Strict):

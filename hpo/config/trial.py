@@ -10,7 +10,7 @@ from typing import Any
 from hpo import CONFIG_FORMAT, __version__
 from hpo.config import lr_scaling
 from hpo.config.params import TRAINING_RULES, AutoBatch
-from hpo.knobs.registry import KNOB_DEFAULTS, LOADER_KNOBS
+from hpo.knobs.systems import LOADER_KNOBS, TRIAL_KNOBS
 
 __all__ = [
     "TRAINING_KEYS",
@@ -29,38 +29,34 @@ _DEFAULT_COMPILE_BACKEND = "inductor"
 _DEFAULT_DEVICE = "auto"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Knobs:
-    """The five systems knobs of one trial. `compile` is False or an inductor mode name."""
-
-    precision: str = KNOB_DEFAULTS["precision"]
-    attention: str = KNOB_DEFAULTS["attention"]
-    optimizer: str = KNOB_DEFAULTS["optimizer"]
-    grad_checkpointing: bool = KNOB_DEFAULTS["grad_checkpointing"]
-    compile: bool | str = KNOB_DEFAULTS["compile"]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+def _as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoaderSettings:
-    """The input pipeline of one trial (`systems.loader`, `num_workers`, ...; `hpo.engine.loader`).
-    Apart from `Knobs`: the probe's model comparison never sees them, the loader check does."""
+def _changed(self) -> dict[str, Any]:
+    """The settings that differ from the defaults: what an export writes, so an old one reads the same."""
+    return {k: v for k, v in self.as_dict().items() if v != LOADER_KNOBS[k].default}
 
-    loader: str = LOADER_KNOBS["loader"].default
-    num_workers: int = LOADER_KNOBS["num_workers"].default
-    pin_memory: bool = LOADER_KNOBS["pin_memory"].default
-    prefetch_factor: int | None = LOADER_KNOBS["prefetch_factor"].default
-    persistent_workers: bool = LOADER_KNOBS["persistent_workers"].default
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+def _settings(name: str, knobs: dict, doc: str, **methods: Any) -> type:
+    """A frozen dataclass with one field per knob of `knobs`, at the knob's default (hpo.knobs.systems)."""
+    fields = [(k.name, k.value_type, field(default=k.default)) for k in knobs.values()]
+    namespace = {"__doc__": doc, "__module__": __name__, "as_dict": _as_dict, **methods}
+    return dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True, namespace=namespace)
 
-    def changed(self) -> dict[str, Any]:
-        """The settings that differ from the defaults: what an export writes, so an old one reads the same."""
-        default = LoaderSettings().as_dict()
-        return {k: v for k, v in self.as_dict().items() if v != default[k]}
+
+Knobs = _settings(
+    "Knobs",
+    TRIAL_KNOBS,
+    "The systems knobs of one trial, one field per knob module (`hpo.knobs.systems`). `compile` is False or an inductor mode name.",
+)
+LoaderSettings = _settings(
+    "LoaderSettings",
+    LOADER_KNOBS,
+    "The input pipeline of one trial (`systems.loader`, `num_workers`, ...; `hpo.engine.loader`). Apart from "
+    "`Knobs`: the probe's model comparison never sees them, the loader check does.",
+    changed=_changed,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,11 +16,12 @@ from hpo.config.trial import Knobs, TrainingConfig
 from hpo.engine._health import DeviceHealth, NonFiniteLoss
 from hpo.errors import TrialRejected
 from hpo.hardware import MemoryMeter
-from hpo.knobs.attention import pinned_kernel
-from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
-from hpo.knobs.compile import GraphRecord, compile_model
-from hpo.knobs.optimizers import build_optimizer, clear_grads
-from hpo.knobs.precision import precision_plugin
+from hpo.knobs.adamw_builders import build_optimizer, clear_grads
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.compiled_graphs import GraphRecord, compile_model
+from hpo.knobs.precision_plugins import precision_plugin
+from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.systems import applied_to_process, read_in_step
 from hpo.torch_compat import fail_on_recompile_limit, scale_on_device
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload
@@ -42,6 +43,7 @@ class AssembledModel:
         elif not knobs.compile:  # compiled graphs show checkpointing themselves; wrappers only add frames
             count_block_runs(blocks, self.recompute)
         self.graphs = GraphRecord()
+        self.in_step: dict = {}  # each knob's setting as the last step read it (hpo.knobs.systems.read_in_step)
         self.forward_model = (
             compile_model(self.model, knobs.compile, training.compile_backend, self.graphs, knobs=knobs.as_dict())
             if knobs.compile
@@ -78,7 +80,13 @@ class AssembledModel:
 
     @contextlib.contextmanager
     def knob_context(self) -> Iterator[None]:
-        with pinned_kernel(self.knobs.attention), self.precision.forward_context(), self._no_eager_fallback():
+        with self._process_context(), self.precision.forward_context(), self._no_eager_fallback():
+            yield
+
+    @contextlib.contextmanager
+    def _process_context(self) -> Iterator[None]:
+        """The pinned SDPA kernel and every process knob's setting, around forward and backward alike."""
+        with pinned_kernel(self.knobs.attention), applied_to_process(self.knobs.as_dict(), self.device.type):
             yield
 
     def _no_eager_fallback(self) -> contextlib.AbstractContextManager:
@@ -96,9 +104,10 @@ class AssembledModel:
     def forward_backward(self, batch: Batch) -> torch.Tensor:
         """Loss forward under the knobs, then backward (scaled for fp16). Returns the unscaled loss."""
         with self.knob_context():
+            self.in_step = read_in_step(self.knobs.as_dict(), self.device.type)
             loss = self.workload.training_loss(self.forward_model, batch)
         self.memory.sample()  # activations are alive now: the step's high-water mark
-        with pinned_kernel(self.knobs.attention):
+        with self._process_context():
             self.precision.backward(loss)
         return loss.detach()
 

@@ -40,6 +40,7 @@ def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
         evidence.matmul_dtypes = recorder.dtypes
         evidence.attention_dtypes = recorder.attention_dtypes
     evidence.optimizer_module = type(assembled.optimizer).__module__
+    evidence.in_step = dict(assembled.in_step)
     evidence.grad_scaler_scale = assembled.scaler.get_scale() if assembled.scaler else None
     evidence.recompute_in_step = assembled.recompute.backward_runs - before_backward_runs
 

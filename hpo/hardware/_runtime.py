@@ -44,21 +44,19 @@ def seed_everything(seed: int) -> None:
 
 @contextlib.contextmanager
 def trial_runtime(device: torch.device) -> Iterator[dict]:
-    """TF32 (`hpo.hardware._tf32`) and cudnn.benchmark on for CUDA trials, restored afterwards, and
-    the C allocator set to keep freed memory (`hpo.hardware._allocator`); yields the settings used.
+    """TF32 (`hpo.hardware._tf32`) on for CUDA trials, restored afterwards, and the C allocator set to
+    keep freed memory (`hpo.hardware._allocator`); yields the settings used. cudnn.benchmark is a
+    knob's, set around each of a trial's steps (`hpo.knobs.systems`), not the whole process's.
     `tf32` records whether TF32 tensor cores ran fp32 matmuls, so it is False on a pre-Ampere GPU.
     The allocator setting stays (glibc cannot go back to its adaptive thresholds); its free memory
     is handed back."""
     on_cuda = device.type == "cuda"
-    saved_benchmark = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = on_cuda
     try:
         with tf32.enabled() if on_cuda else contextlib.nullcontext():
             ran_tf32 = on_cuda and tf32_supported(device).usable
-            yield RuntimeSettings(tf32=ran_tf32, cudnn_benchmark=on_cuda, cpu_allocator=keep_freed_memory()).model_dump()
+            yield RuntimeSettings(tf32=ran_tf32, cpu_allocator=keep_freed_memory()).model_dump()
     finally:
         release_freed_memory()
-        torch.backends.cudnn.benchmark = saved_benchmark
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ __getattr__, __dir__ = lazy_exports(
         "KNOB_NAMES": "registry",
         "OPTIMIZER_SPECS": "registry",
         "PRECISION_SPECS": "registry",
-        "attention_function": "attention",
+        "attention_function": "attention_kernels",
         "spec_for": "registry",
     },
 )

@@ -6,6 +6,12 @@ reader live here, below them, and only its writer lives in `hpo.strategy`."""
 
 from __future__ import annotations
 
+from hpo.knobs.systems import TRIAL_KNOBS
+
+# The ranking's columns after precision (the race ranks within each precision).
+_OTHERS = [name for name in TRIAL_KNOBS if name != "precision"]
+_OTHER_HEADERS = [TRIAL_KNOBS[name].header for name in _OTHERS]
+
 __all__ = ["KEPT_ATTR", "decision_note"]
 
 KEPT_ATTR = "hpo:probe_first"  # {"kept": [...], "table": str, "notes": [...]}: the decision
@@ -18,15 +24,15 @@ def decision_note(decided: dict) -> str:
         _how_raced(decided) + " Combinations within the repeats' spread (at least 5%) "
         "of each other are a tie, and a tie goes to the combination closest to fp32/eager/for-loop.",
         "",
-        "| precision | rank | attention | optimizer | ckpt | compile | step ms | spread | repeats ms | kept |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| precision | rank | " + " | ".join(_OTHER_HEADERS) + " | step ms | spread | repeats ms | kept |",
+        "| --- | --- | " + "--- | " * len(_OTHER_HEADERS) + "--- | --- | --- | --- |",
     ]
     for r in decided["ranking"]:
         k, kept = r["knobs"], "yes" if r["rank"] <= decided["keep_fastest"] else ""
         tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
         lines.append(
-            f"| {r['precision']} | {r['rank']} | {k['attention']} | {k['optimizer']} | {k['grad_checkpointing']} "
-            f"| {k['compile']} | {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
+            f"| {r['precision']} | {r['rank']} | {' | '.join(str(k.get(name, '')) for name in _OTHERS)} "
+            f"| {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
         )
     if decided.get("dropped"):
         lines += ["", f"Left the race (after N timings; tie margin {decided.get('tie_margin', 0.05):.0%}):"]

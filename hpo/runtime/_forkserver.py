@@ -20,7 +20,7 @@ import sqlalchemy.exc
 from hpo.config.space import SearchSpace
 from hpo.errors import UserInputError
 from hpo.runtime._forkserver_warmup import WARMUP_ENV, warmup_env
-from hpo.runtime._placement import default_workers
+from hpo.runtime._placement import default_workers, gpus_per_trial
 from hpo.storage import share_connection_with_children
 from hpo.torch_compat import preloaded_torch_modules
 from hpo.workloads.catalog import BUILTIN_WORKLOADS
@@ -103,7 +103,7 @@ def _fits(folder: str) -> bool:
 def start_early(space: SearchSpace, storage_url: str, workers: int | None, isolate: bool) -> None:
     """Start the forkserver now when `run_workers` with these arguments will run the trials in
     this process: its imports and warm-up (about 4 s) then overlap the study's creation."""
-    if isolate and (workers or default_workers()) == 1:
+    if isolate and (workers or default_workers(gpus_per_trial(space))) == 1:
         start_forkserver(space, storage_url)
 
 

@@ -20,7 +20,7 @@ from hpo.runtime._child_trials import ChildTrials
 from hpo.runtime._in_process_trials import InProcessTrials
 from hpo.runtime._interrupts import stop_on_signals
 from hpo.runtime._machine_check import machine_checked
-from hpo.runtime._placement import default_workers, visible_gpus
+from hpo.runtime._placement import default_workers, gpu_slices, visible_gpus
 from hpo.runtime._quiet import quiet_optuna
 from hpo.runtime._reference_folders import remove_orphaned_folders
 from hpo.runtime._runners import TrialsCannotStart
@@ -33,10 +33,13 @@ _log = get_logger(__name__)
 STORAGE_ENV = "HPO_STORAGE"  # workers get the URL here, not in argv where `ps` would show a password
 
 
-def run_workers(study: optuna.Study, storage_url: str, workers: int | None, timeout: float | None, isolate: bool) -> int:
-    """Run `workers` local workers on one study; 1 runs here, more run as `hpo worker` processes.
+def run_workers(
+    study: optuna.Study, storage_url: str, workers: int | None, timeout: float | None, isolate: bool, per_trial: int = 1
+) -> int:
+    """Run `workers` local workers on one study (default: one per `per_trial` visible GPUs, a
+    trial's ranks); 1 runs here, more run as `hpo worker` processes, each on its own GPUs.
     Returns how many workers failed."""
-    workers = workers or default_workers()
+    workers = workers or default_workers(per_trial)
     if workers == 1:
         try:
             run_worker(study, storage_url, timeout=timeout, isolate=isolate)
@@ -47,7 +50,10 @@ def run_workers(study: optuna.Study, storage_url: str, workers: int | None, time
     cmd = [sys.executable, "-m", "hpo.app.cli", "worker", "--study", study.study_name]
     cmd += ([] if timeout is None else ["--timeout", str(timeout)]) + ([] if isolate else ["--in-process"])
     # A worker dies with this process (SIGTERM), and its trial process with it: no orphan trains on.
-    procs = [subprocess.Popen(cmd, env=_worker_env(i, workers, storage_url), preexec_fn=_die_with_parent) for i in range(workers)]
+    procs = [
+        subprocess.Popen(cmd, env=_worker_env(i, workers, storage_url, per_trial), preexec_fn=_die_with_parent)
+        for i in range(workers)
+    ]
     try:
         codes = [proc.wait() for proc in procs]
     except KeyboardInterrupt:
@@ -77,11 +83,17 @@ def _wait_for(procs: list[subprocess.Popen], seconds: float) -> None:
             _log.warning(f"worker process {proc.pid} had not stopped {seconds:g} s after Ctrl-C; its trial is retried once stale")
 
 
-def _worker_env(index: int, workers: int, storage_url: str) -> dict[str, str]:
+def _worker_env(index: int, workers: int, storage_url: str, per_trial: int = 1) -> dict[str, str]:
+    """Worker `index`'s environment: its slice of the visible GPUs (`per_trial` of them, as many as
+    a trial's ranks; more workers than slices share them in turn), or its share of the CPU cores."""
     env = dict(os.environ, **{STORAGE_ENV: storage_url})
     gpus = visible_gpus()
+    slices = gpu_slices(gpus, per_trial)
     if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+        # With fewer GPUs than a trial's ranks there is no slice: the worker sees them all, and
+        # each trial refuses itself naming the count (`hpo.trial._ranks`).
+        if slices:
+            env["CUDA_VISIBLE_DEVICES"] = slices[index % len(slices)]
     elif "OMP_NUM_THREADS" not in env:
         # CPU workers share the cores instead of each spawning a thread per core.
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from hpo.knobs.registry import KNOB_NAMES
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.verify.timing import DEFAULT_POLICY, StepTimes, TimingPolicy
 
 __all__ = ["SweepRow", "steady", "table"]
@@ -65,11 +65,7 @@ def table(rows: list[SweepRow]) -> str:
     the day the fact was stored."""
     memory = any(r.largest_batch is not None for r in rows)
     head = [
-        "precision",
-        "attention",
-        "optimizer",
-        "ckpt",
-        "compile",
+        *(knob.header for knob in TRIAL_KNOBS.values()),
         "samples/s",
         "x fp32",
         "peak MB",
@@ -80,7 +76,7 @@ def table(rows: list[SweepRow]) -> str:
         "verdict",
     ]
     body = [
-        [str(r.knobs[k]) for k in KNOB_NAMES]
+        [str(r.knobs.get(name, knob.default)) for name, knob in TRIAL_KNOBS.items()]
         + [
             _speed(r),
             _fmt(r.slowdown, ">={:.2f}" if r.slowdown_at_least else "{:.2f}"),

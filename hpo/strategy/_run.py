@@ -85,12 +85,18 @@ def run_study(
     study = _create(space, url, name, n_trials, say)  # Optuna's imports overlap the forkserver's start
     if workers == 0:
         return study
-    from hpo.runtime import default_workers, run_workers
+    from hpo.runtime import default_workers, gpus_per_trial, run_workers
 
-    here = (workers or default_workers()) == 1  # the one worker is this process
+    per_trial = gpus_per_trial(space)
+    here = (workers or default_workers(per_trial)) == 1  # the one worker is this process
     ready_to_run(study, space, in_child=not (here and in_process), url=url if here else None, say=say)
     failed = run_workers(
-        study, url, workers=workers, timeout=timeout if timeout is not None else space.study.timeout, isolate=not in_process
+        study,
+        url,
+        workers=workers,
+        timeout=timeout if timeout is not None else space.study.timeout,
+        isolate=not in_process,
+        per_trial=per_trial,
     )
     if failed:
         raise WorkersFailed(failed, study)

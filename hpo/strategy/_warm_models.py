@@ -15,7 +15,7 @@ import os
 import torch
 
 from hpo.engine import AssembledModel
-from hpo.knobs.registry import KNOB_NAMES
+from hpo.knobs.registry import KNOB_DEFAULTS, KNOB_NAMES
 
 __all__ = ["SHARE", "WarmModels", "knobs_key", "state_bytes"]
 
@@ -24,8 +24,8 @@ SHARE = 0.5
 
 
 def knobs_key(knobs: dict) -> str:
-    """One combination's key: its knob values in registry order."""
-    return "/".join(str(knobs[k]) for k in KNOB_NAMES)
+    """One combination's key: its knob values in registry order (a knob it does not name at its default)."""
+    return "/".join(str(knobs.get(k, KNOB_DEFAULTS[k])) for k in KNOB_NAMES)
 
 
 def state_bytes(assembled: AssembledModel) -> int:

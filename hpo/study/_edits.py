@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpo.config.schema import SpaceFile
+from hpo.knobs.systems import KNOBS
 
 __all__ = ["FIXED", "Change", "fixed_changes", "setting_changes", "space_changes"]
 
@@ -26,11 +27,8 @@ FIXED = (
     "study.keep_fastest",
     "workload",
     "params",
-    "systems.precision",
-    "systems.attention",
-    "systems.optimizer",
-    "systems.grad_checkpointing",
-    "systems.compile",
+    # Every knob that says so in its module (the loader settings do not: how batches load searches nothing).
+    *(f"systems.{name}" for name, knob in KNOBS.items() if knob.fixed_in_study),
     "systems.compile_backend",
 )
 # Not settings: written by `hpo export`, or the name that chose this study.

@@ -23,6 +23,7 @@ from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware import step_timer
+from hpo.knobs.systems import read_in_step
 from hpo.torch_compat import scale_on_device, unscales_in_its_step
 from hpo.trial._step_tally import StepTally
 from hpo.trial._trainer import evidence_step_index
@@ -75,6 +76,7 @@ def callback_class():
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
             if trainer.global_step == self.evidence_at:
+                self.view.in_step = read_in_step(self.view.knobs.as_dict(), self.view.device.type)
                 self._capture = capture_step(self.view)
                 self._evidence = self._capture.__enter__()
             self.timer.start()

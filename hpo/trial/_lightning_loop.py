@@ -28,12 +28,13 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.errors import KnobUnavailable
 from hpo.hardware import MemoryMeter
-from hpo.knobs.attention import pinned_kernel
-from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
-from hpo.knobs.compile import GraphRecord, compile_model
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.compiled_graphs import GraphRecord, compile_model
 from hpo.knobs.optimizer_impl import with_implementation
-from hpo.knobs.precision import precision_plugin
+from hpo.knobs.precision_plugins import precision_plugin
+from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.knobs.registry import PRECISION_SPECS
+from hpo.knobs.systems import applied_to_process
 from hpo.torch_compat import install_scheduler_tracked_step
 from hpo.trial._lightning_callback import callback_class
 from hpo.trial._trainer import EvalCallback, TrainResult
@@ -113,7 +114,7 @@ def train_lightning(
     fitted = (
         compile_model(module, knobs.compile, training.compile_backend, graphs, knobs=knobs.as_dict()) if knobs.compile else module
     )
-    view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device))
+    view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device), in_step={})
     callback = callback_class()(view, config, workload, on_eval)
     train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
     with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
@@ -125,7 +126,8 @@ def train_lightning(
         )  # fmt: skip
         # The SDPA kernel is pinned as in hpo's loop (engine/assembly.py), so SDPA raises rather than
         # quietly dispatching another kernel, in training and in every validation.
-        with pinned_kernel(knobs.attention), callback.capture_closed():
+        # Process knobs are in force for the whole fit, its steps and validations alike.
+        with pinned_kernel(knobs.attention), applied_to_process(knobs.as_dict(), device.type), callback.capture_closed():
             trainer.fit(fitted, train_loader, val_loader)
             if not callback.history or callback.history[-1][0] != trainer.global_step:
                 trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step

@@ -29,7 +29,7 @@ from hpo.config.trial import TrainingConfig, TrialConfig
 from hpo.engine import AssembledModel, BatchStream, NonFiniteLoss, batch_stream, run_step
 from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
-from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
+from hpo.evidence.observe import loader_mismatches, mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware import release_freed_memory, step_timer
 from hpo.trial._step_tally import StepTally
 from hpo.verdicts import Kind, Verdict
@@ -152,7 +152,7 @@ def _train(
         _check_health(assembled, step)
         tally.add(timer.read())
         if evidence is not None:
-            observed, evidence = _verified(config, observed_knobs(evidence)), None
+            observed, evidence = _verified(config, observed_knobs(evidence), batches.observed(evidence_at)), None
             # The profiler's event buffers are freed now, but the C heap keeps freed memory for the
             # steps (`hpo.hardware._allocator`): handed back, or a CPU trial's resident set carries
             # them to its end (33 MB of the bench-vs-bare mid model's 611 MB peak).
@@ -216,10 +216,14 @@ def _check_speed(config: TrialConfig, slow: SlowLimit, step_ms: float, observed:
         raise TooSlow(verdict, observed, step_ms)
 
 
-def _verified(config: TrialConfig, observed: dict) -> dict:
+def _verified(config: TrialConfig, observed: dict, loader_observed: dict) -> dict:
+    """`observed`, once neither it nor what delivered the batches contradicts the request."""
     problems = mismatches(config.knobs, observed)
     if problems:
         raise TrialRejected(mismatch_verdict(Kind.MISMATCH, problems, config.knobs), observed=observed)
+    loader_problems = loader_mismatches(config.loader, loader_observed)
+    if loader_problems:
+        raise TrialRejected(mismatch_verdict(Kind.MISMATCH, loader_problems, config.loader), observed=observed)
     return observed
 
 

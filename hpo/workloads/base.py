@@ -15,7 +15,7 @@ DataLoader itself, with the searched `systems.num_workers`, `pin_memory`, `prefe
 `persistent_workers` (`hpo.engine._loader`), and `train_batches` is the same order without workers.
 Batches are dicts of CPU tensors; `move(batch)` puts one on the trial's device. `evaluate` returns
 every metric named in `metrics`. A model that uses attention calls
-`hpo.knobs.attention.attention_function(name)` (or maps the name onto a library's own switch), so
+`hpo.knobs.attention_kernels.attention_function(name)` (or maps the name onto a library's own switch), so
 the attention knob changes the kernel that runs.
 """
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hpo.knobs.attention import attention_function
+from hpo.knobs.attention_kernels import attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.options.causal_lm import METRICS, CausalLMOptions
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from hpo.knobs.attention import AttentionFn
+from hpo.knobs.attention_kernels import AttentionFn
 from hpo.workloads.causal_lm import GPT, CausalLMOptions, load_corpus
 from hpo.workloads.lightning import LightningWorkload
 from hpo.workloads.options.causal_lm import METRICS

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from hpo.knobs.attention import AttentionFn, attention_function
+from hpo.knobs.attention_kernels import AttentionFn, attention_function
 from hpo.torch_compat import is_compiled_wrapper
 from hpo.workloads.base import Batch, MoveFn, Workload
 

@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from hpo import deps
-from hpo.knobs.attention import attention_function
+from hpo.knobs.attention_kernels import attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.options.png_images import METRICS, PngImagesOptions
 

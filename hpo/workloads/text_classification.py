@@ -18,7 +18,7 @@ from torch import nn
 
 from hpo import deps
 from hpo.errors import KnobUnavailable
-from hpo.knobs.attention import attention_function
+from hpo.knobs.attention_kernels import attention_function
 from hpo.knobs.registry import ATTENTION_SPECS
 from hpo.torch_compat import mark_dynamic_width
 from hpo.workloads.base import Batch, MoveFn, Workload

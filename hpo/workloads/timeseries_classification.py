@@ -27,7 +27,7 @@ from torch import nn
 
 from hpo import deps
 from hpo.errors import UserInputError
-from hpo.knobs.attention import AttentionFn, attention_function
+from hpo.knobs.attention_kernels import AttentionFn, attention_function
 from hpo.workloads.base import Batch, MoveFn, Workload
 from hpo.workloads.options.timeseries_classification import METRICS, TimeseriesOptions
 

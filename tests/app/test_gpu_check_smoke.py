@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import TOY
 
-from hpo.app.gpu_check import MatrixCheck, check, markdown, matrix, read_rows, run_matrix
+from hpo.app.gpu_check import MatrixCheck, check, choices_from_flags, markdown, matrix, read_rows, run_matrix
 from hpo.config.trial import Knobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,9 @@ OVERFLOWS = dataclasses.replace(TINY, options={TOY: {"n_blocks": 2, "overflow": 
 
 
 def test_matrix_is_every_combination():
-    combos = matrix(["fp32", "bf16"], ["eager"], ["forloop", "fused"], ["false", "true"], ["false", "default"])
+    flags = {"--precision": ["fp32", "bf16"], "--attention": ["eager"], "--optimizer": ["forloop", "fused"]}
+    combos = matrix(choices_from_flags({**flags, "--checkpointing": ["false", "true"], "--compile": ["false", "default"]}))
+    # Every other knob at the values gpu-check runs by default: one each here.
     assert len(combos) == 16 and len(set(combos)) == 16
     assert Knobs(precision="bf16", attention="eager", optimizer="fused", grad_checkpointing=True, compile="default") in combos
 

@@ -120,14 +120,14 @@ def test_the_caps_leave_the_h200s_slowest_rows_room_with_a_margin(tmp_path):
 
 
 def test_the_row_the_first_call_fix_is_seen_on_runs_first_in_its_stream():
-    from hpo.app.gpu_check import matrix
+    from hpo.app.gpu_check import choices_from_flags, matrix
 
     def first(name: str):
         args, lists, key = stream_args(name), {}, None
         for arg in args:
             key = arg if arg.startswith("--") else key
             lists.setdefault(key, []) if arg.startswith("--") else lists[key].append(arg)
-        m = matrix(lists["--precision"], lists["--attention"], lists["--optimizer"], lists["--checkpointing"], lists["--compile"])
+        m = matrix(choices_from_flags(lists))
         return m[0].precision, m[0].attention, len(m)
 
     assert first("attention") == ("bf16", "sdpa_cudnn", 8)  # cut at its limit, the stream has still run it

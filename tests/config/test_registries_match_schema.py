@@ -12,14 +12,25 @@ from hpo.config.schema import ParallelSpec, SystemsSpec
 from hpo.config.trial import ParallelSettings
 from hpo.evidence.observe import StepEvidence, observed_knobs
 from hpo.hardware import probes
-from hpo.knobs.attention import SDPA_KERNELS
+from hpo.knobs.adamw_builders import OPTIMIZER_BUILDERS, build_optimizer
+from hpo.knobs.attention_kernels import SDPA_KERNELS
 from hpo.knobs.optimizer_impl import IMPLEMENTATION_FLAGS
-from hpo.knobs.optimizers import OPTIMIZER_BUILDERS, build_optimizer
-from hpo.knobs.precision import DTYPES
-from hpo.knobs.registry import ATTENTION_SPECS, KNOBS, LOADER_KNOBS, LOADER_SPECS, OPTIMIZER_SPECS, PRECISION_SPECS, load
-from hpo.knobs.values import ATTENTIONS, COMPILE_MODES, KNOB_NAMES, LOADERS, OPTIMIZER_IMPLS, PRECISION_ALIASES, PRECISIONS
+from hpo.knobs.precision_plugins import DTYPES
+from hpo.knobs.registry import (
+    ATTENTION_SPECS,
+    KNOB_NAMES,
+    LOADER_KNOBS,
+    LOADER_SPECS,
+    OPTIMIZER_SPECS,
+    PRECISION_SPECS,
+    VALUE_SPECS,
+    load,
+)
+from hpo.knobs.systems import KNOBS
 
-ALL_SPECS = [spec for table in (*KNOBS.values(), LOADER_SPECS) if table for spec in table.values()]
+ALL_SPECS = [spec for table in VALUE_SPECS.values() for spec in table.values()]
+PRECISIONS, ATTENTIONS, OPTIMIZER_IMPLS = KNOBS["precision"].values, KNOBS["attention"].values, KNOBS["optimizer"].values
+COMPILE_MODES, LOADERS = KNOBS["compile"].values[1:], KNOBS["loader"].values
 
 
 def test_registry_keys_are_the_schema_values():
@@ -34,7 +45,7 @@ def test_registry_keys_are_the_schema_values():
     assert set(SDPA_KERNELS) == {a for a in ATTENTIONS if a.startswith("sdpa_")}
     assert set(OPTIMIZER_BUILDERS) == set(OPTIMIZER_IMPLS) == set(OPTIMIZER_SPECS)
     assert set(DTYPES) == set(PRECISIONS) == set(PRECISION_SPECS)
-    assert set(PRECISION_ALIASES.values()) <= set(PRECISIONS)
+    assert {KNOBS["precision"].normalized(a) for spec in PRECISION_SPECS.values() for a in spec.aliases} <= set(PRECISIONS)
 
 
 @pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda spec: spec.name)

@@ -16,9 +16,10 @@ from contracts.upstream import (
     XFORMERS_FA3_OPS,
 )
 from hpo.config.trial import Knobs
-from hpo.evidence.observe import StepEvidence, _attention_matches, mismatches, observed_knobs
-from hpo.knobs.compile import GraphRecord
+from hpo.evidence.observe import StepEvidence, mismatches, observed_knobs
+from hpo.knobs.compiled_graphs import GraphRecord
 from hpo.knobs.registry import ATTENTION_SPECS, OPTIMIZER_SPECS
+from hpo.knobs.systems.attention import _matches as _attention_matches
 
 # Backends with a fixture of their own ("sdpa" is any of the pinned SDPA kernels).
 FIXTURES = {**ATTENTION_OPS, "xformers_fa3": XFORMERS_FA3_OPS}

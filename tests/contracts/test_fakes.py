@@ -13,8 +13,8 @@ from hpo import deps
 from hpo.config.trial import Knobs
 from hpo.evidence.capture import ops_seen
 from hpo.evidence.observe import StepEvidence, observed_knobs
-from hpo.knobs.attention import attention_function, eager_attention
-from hpo.knobs.optimizers import build_optimizer, clear_grads
+from hpo.knobs.adamw_builders import build_optimizer, clear_grads
+from hpo.knobs.attention_kernels import attention_function, eager_attention
 from hpo.trial import execute
 from hpo.verdicts import Kind
 from hpo.verify.fault import match_known_failure

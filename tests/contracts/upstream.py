@@ -30,7 +30,7 @@ LOSS_OPS = frozenset(
 
 # Attention ops per backend, forward and backward, on CUDA.
 ATTENTION_OPS: dict[str, frozenset[str]] = {
-    # hpo.knobs.attention.eager_attention: matmul + torch.softmax (aten/src/ATen/native/SoftMax.cpp).
+    # hpo.knobs.attention_kernels.eager_attention: matmul + torch.softmax (aten/src/ATen/native/SoftMax.cpp).
     "eager": frozenset(
         {"aten::matmul", "aten::bmm", "aten::softmax", "aten::_softmax", "aten::_softmax_backward_data", "SoftmaxBackward0"}
     ),

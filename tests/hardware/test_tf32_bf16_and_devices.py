@@ -118,14 +118,14 @@ def test_torch_without_fp32_precision_uses_allow_tf32(ampere, monkeypatch):
     monkeypatch.setattr(torch.backends, "cudnn", cudnn)
     assert not tf32.has_fp32_precision()
     with trial_runtime(FAKE_GPU) as settings:
-        assert settings["tf32"] and matmul.allow_tf32 and cudnn.allow_tf32 and cudnn.benchmark
-    assert (matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark) == (False, False, False)
+        assert settings["tf32"] and matmul.allow_tf32 and cudnn.allow_tf32
+    assert (matmul.allow_tf32, cudnn.allow_tf32) == (False, False)
 
 
 def test_a_cpu_trial_leaves_tf32_alone_and_a_pre_ampere_gpu_records_no_tf32(monkeypatch):
     before = tf32.state()
     with trial_runtime(torch.device("cpu")) as settings:
-        assert tf32.state() == before and settings["tf32"] is False and settings["cudnn_benchmark"] is False
+        assert tf32.state() == before and settings["tf32"] is False
     monkeypatch.setattr(probes, "compute_capability", lambda device: (7, 0))
     with trial_runtime(FAKE_GPU) as settings:
         assert settings["tf32"] is False  # flags on, but no TF32 tensor cores ran

@@ -21,7 +21,7 @@ from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatches, observed_knobs
 from hpo.hardware import probes
 from hpo.knobs import registry
-from hpo.knobs.attention import attention_function, eager_attention
+from hpo.knobs.attention_kernels import attention_function, eager_attention
 from hpo.workloads.catalog import create_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +59,8 @@ import json, sys
 from hpo.knobs import registry
 registry.ATTENTION_SPECS["flex"] = registry.AttentionSpec(name="flex", builder="m:f", evidence_ops=("x",))
 from hpo.config.schema import SystemsSpec
-from hpo.knobs.values import ATTENTIONS
-print(json.dumps([list(ATTENTIONS), SystemsSpec(attention=["flex", "sdpa"]).choices()["attention"], "torch" in sys.modules]))
+from hpo.knobs.systems import KNOBS
+print(json.dumps([list(KNOBS["attention"].values), SystemsSpec(attention=["flex", "sdpa"]).choices()["attention"], "torch" in sys.modules]))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
@@ -102,7 +102,7 @@ def test_a_new_precision_is_one_spec_too(monkeypatch):
     """A precision added to the registry alone: its autocast dtype reaches the matmul, its mantissa
     sets the probe's bound, and the MFU peak times it, with no other table to edit."""
     from hpo.hardware import _peaks as peaks
-    from hpo.knobs.precision import precision_plugin
+    from hpo.knobs.precision_plugins import precision_plugin
     from hpo.verify.probing._bounds import Errors, bound_from_floor
 
     monkeypatch.setitem(registry.PRECISION_SPECS, "bf16_alt", BF16_ALT)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
+from hpo.knobs.recompute import RecomputeCounter, enable_checkpointing
 
 STEPS = 3
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpo.knobs.attention import pinned_kernel
-from hpo.knobs.compile import GraphRecord, compile_model
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.compiled_graphs import GraphRecord, compile_model
 
 TAGS_SEEN = "hpo_test_records_cache_key_tag"
 _tags: list[str] = []

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from hpo.knobs.precision import MixedPrecision, precision_plugin
+from hpo.knobs.precision_plugins import MixedPrecision, precision_plugin
 
 CPU = "cpu"
 

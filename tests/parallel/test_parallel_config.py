@@ -6,11 +6,20 @@ from __future__ import annotations
 import pytest
 from parallel_ranks import two_rank_config
 
+from hpo.config import parallel_checks
+from hpo.config.parallel_checks import visible_cuda_devices
 from hpo.config.resolve import fixed_config, representative_config, searched_keys
 from hpo.config.space import parse_space
 from hpo.config.trial import ParallelSettings
 from hpo.errors import UserInputError
 from hpo.parallel.agreement import config_hash, differences
+
+
+@pytest.fixture(autouse=True)
+def gpus_not_counted(monkeypatch):
+    """The file's own rules, whatever GPUs the host shows (a test that counts them sets them)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(parallel_checks, "NVIDIA_GPUS", "/nonexistent/nvidia/gpus")
 
 
 def space(parallel) -> dict:
@@ -102,3 +111,25 @@ def test_more_ranks_than_visible_gpus_is_refused(monkeypatch):
         parse_space(raw, "s.yaml")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert parse_space(raw, "s.yaml").parallel["processes"] == [2]
+
+
+@pytest.mark.parametrize(("listed", "shown"), [("0,1,2", 3), ("3, 1", 2), ("0,-1,1", 1), ("", 0), ("-1", 0)])
+def test_the_gpus_counted_are_those_cuda_reads_from_cuda_visible_devices(monkeypatch, listed, shown):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert visible_cuda_devices() == shown
+
+
+def test_without_cuda_visible_devices_the_gpus_are_counted_from_nvidia_s_driver(monkeypatch, tmp_path):
+    """The driver lists one folder per GPU, named by its PCI address, under /proc/driver/nvidia/gpus."""
+    for address in ("0000:17:00.0", "0000:65:00.0", "0000:ca:00.0", "0000:e3:00.0"):
+        (tmp_path / address).mkdir()
+    monkeypatch.setattr(parallel_checks, "NVIDIA_GPUS", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    raw = {"workload": {"name": "causal_lm"}, "systems": {"parallel": {"processes": 3}}}
+    with pytest.raises(UserInputError, match=r"3 does not divide the 4 the NVIDIA driver shows \(1 would sit idle\)"):
+        parse_space(raw, "s.yaml")
+    raw["systems"]["parallel"]["processes"] = 2
+    assert parse_space(raw, "s.yaml").parallel["processes"] == [2]
+    monkeypatch.setattr(parallel_checks, "NVIDIA_GPUS", str(tmp_path / "absent"))  # no driver: nothing to count
+    raw["systems"]["parallel"]["processes"] = 3
+    assert parse_space(raw, "s.yaml").parallel["processes"] == [3]

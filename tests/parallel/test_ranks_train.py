@@ -4,32 +4,11 @@ same global batch, each rank fed its half of it, and the knobs seen on the wire,
 from __future__ import annotations
 
 import pytest
-import torch
-from parallel_ranks import no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
+from parallel_ranks import assert_parity, no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
-from hpo.parallel import run_ranks, train_on_rank
+from hpo.parallel import run_ranks
 
 pytestmark = pytest.mark.slow
-
-# The ranks reduce the same gradients in another order than one process sums them, so fp32 losses
-# differ by rounding only: measured about 2e-7 relative after 4 AdamW steps of this model. The
-# bound leaves 50x for another host's kernels; a rank training on the wrong rows misses it by 1e-2.
-PARITY_RTOL = 1e-5
-
-
-def one_process_losses(config) -> list[float]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return train_on_rank(config)["losses"]
-    finally:
-        torch.set_num_threads(threads)
-
-
-def assert_parity(config, outcome) -> None:
-    assert outcome.verdict.kind.value == "ok", str(outcome.verdict)
-    ranks = outcome.ranks[0]["losses"]
-    assert ranks == pytest.approx(one_process_losses(config), rel=PARITY_RTOL)
 
 
 def test_ddp_two_ranks_train_as_one_process_at_the_same_global_batch():

@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from hpo.config.space import parse_space
+from hpo.config.trial import Knobs
 from hpo.errors import UserInputError
 from hpo.reporting import decision_note
 from hpo.strategy import SweepRow, Timing, make_decision, rank_precision, rejected_lines
@@ -26,7 +27,7 @@ SPACE = {
 
 
 def _knobs(precision="fp32", attention="eager", optimizer="forloop"):
-    return {"precision": precision, "attention": attention, "optimizer": optimizer, "grad_checkpointing": False, "compile": False}
+    return Knobs(precision=precision, attention=attention, optimizer=optimizer).as_dict()
 
 
 def test_strategy_keys_default_to_joint_and_one_kept():

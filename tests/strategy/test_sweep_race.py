@@ -6,6 +6,7 @@ timer, never measured."""
 from __future__ import annotations
 
 from hpo.config.space import parse_space
+from hpo.config.trial import Knobs
 from hpo.reporting import decision_note
 from hpo.strategy import TIE_MARGIN, SweepRow, make_decision, outpaced
 from hpo.strategy._race import POLICY
@@ -19,7 +20,7 @@ SPACE = {
 
 
 def _knobs(attention="eager", optimizer="forloop"):
-    return {"precision": "fp32", "attention": attention, "optimizer": optimizer, "grad_checkpointing": False, "compile": False}
+    return Knobs(precision="fp32", attention=attention, optimizer=optimizer).as_dict()
 
 
 def _rows(*pairs, swept=None):

@@ -78,7 +78,7 @@ def test_cpu_memory_error_is_recorded_as_oom(monkeypatch):
 
 
 def test_training_that_ran_other_knobs_than_asked_is_not_ok(monkeypatch):
-    from hpo.knobs.precision import MixedPrecision
+    from hpo.knobs.precision_plugins import MixedPrecision
 
     config = toy_config(Knobs(precision="bf16", attention="sdpa", optimizer="fused"))
     verdicts = MemoryVerdicts()

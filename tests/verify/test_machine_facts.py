@@ -11,7 +11,8 @@ import multiprocessing
 import pytest
 
 from hpo.config.space import parse_space
-from hpo.strategy import SweepRow, make_decision, sweep
+from hpo.config.trial import Knobs
+from hpo.strategy import SweepRow, knobs_key, make_decision, sweep
 from hpo.strategy import _combination as sweep_module
 from hpo.verify.stored import MachineFacts, MemoryVerdicts
 from hpo.verify.stored import _keys as cache
@@ -101,7 +102,10 @@ def test_concurrent_writers_never_leave_a_torn_entry(tmp_path):
 
 
 def _knobs(attention, optimizer="forloop"):
-    return {"precision": "fp32", "attention": attention, "optimizer": optimizer, "grad_checkpointing": False, "compile": False}
+    return Knobs(precision="fp32", attention=attention, optimizer=optimizer).as_dict()
+
+
+FORLOOP = knobs_key(_knobs("eager"))  # the fp32 eager for-loop combination's key
 
 
 def _known_rows(stored: dict):
@@ -129,7 +133,7 @@ def test_a_stored_race_is_confirmed_by_one_timing_of_its_front_runner():
     seen = []
     decided = make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer({"forloop": 10.1}, seen))
     assert seen == ["forloop"]  # one timing of the kept one (keep=1); the others stand on their stored times
-    assert set(decided["confirmed"]["fp32"]) == {"fp32/eager/forloop/False/False"}
+    assert set(decided["confirmed"]["fp32"]) == {FORLOOP}
     assert [(d["knobs"]["attention"], d["round"]) for d in decided["dropped"]] == [("sdpa", 2)]
     assert "stored on this machine" in decided["dropped"][0]["reason"]
     assert decided["ranking"][0]["times_ms"] == [10.0, 10.1, 10.0, 10.1]  # the stored repeats and the confirming one
@@ -142,7 +146,7 @@ def test_a_slower_confirming_step_is_no_evidence_against_the_stored_race(now):
     outlier) joins the stored repeats; the steady stored ones still decide, nothing is timed again."""
     seen = []
     decided = make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer({"forloop": now}, seen))
-    assert set(decided["confirmed"]["fp32"]) == {"fp32/eager/forloop/False/False"} and seen == ["forloop"]
+    assert set(decided["confirmed"]["fp32"]) == {FORLOOP} and seen == ["forloop"]
     assert decided["kept"][0]["knobs"] == _knobs("eager")
 
 
@@ -151,7 +155,7 @@ def test_a_confirming_step_faster_than_this_machine_ever_was_races_anew_without_
     now = {"forloop": 5.0, "fused": 5.1, "sdpa": 5.0}
     decided = make_decision(RACE, _known_rows(STORED), keep=1, measure=_timer(now, seen))
     assert decided["confirmed"] == {} and "sdpa" in seen  # sdpa, out on the stored times, races again
-    assert decided["discarded"] == {"fp32": {"fp32/eager/forloop/False/False": {"confirming_ms": 5.0, "stored_fastest_ms": 10.0}}}
+    assert decided["discarded"] == {"fp32": {FORLOOP: {"confirming_ms": 5.0, "stored_fastest_ms": 10.0}}}
     assert all(max(line["times_ms"]) <= 5.1 for line in decided["ranking"])  # nothing stored is raced on
     assert not [d for d in decided["dropped"] if "stored on this machine" in d["reason"]]
 

@@ -80,7 +80,7 @@ def test_dtype_mismatch_reaching_a_kernel_is_blamed_on_the_precision_by_a_differ
 def test_a_knob_that_ran_otherwise_is_rejected(monkeypatch):
     import contextlib
 
-    from hpo.knobs.precision import MixedPrecision
+    from hpo.knobs.precision_plugins import MixedPrecision
 
     monkeypatch.setattr(MixedPrecision, "forward_context", lambda self: contextlib.nullcontext())
     result = probe(Knobs(precision="bf16", optimizer="fused"))

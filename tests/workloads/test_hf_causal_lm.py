@@ -8,8 +8,8 @@ from hf_fixtures import TEXT, tiny_gpt2, write_rows
 from torch.profiler import ProfilerActivity, profile
 
 from hpo.errors import KnobUnavailable, UserInputError
-from hpo.knobs.attention import pinned_kernel
-from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.recompute import RecomputeCounter, enable_checkpointing
 from hpo.workloads import hf_causal_lm
 from hpo.workloads.catalog import create_workload, parse_options
 

@@ -11,8 +11,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from hpo import deps
 from hpo.errors import KnobUnavailable, UserInputError
-from hpo.knobs.attention import eager_attention, pinned_kernel
-from hpo.knobs.checkpointing import RecomputeCounter, enable_checkpointing
+from hpo.knobs.attention_kernels import eager_attention, pinned_kernel
+from hpo.knobs.recompute import RecomputeCounter, enable_checkpointing
 from hpo.knobs.registry import ATTENTION_SPECS
 from hpo.workloads import chat_corpus as corpus
 from hpo.workloads import text_classification as tc

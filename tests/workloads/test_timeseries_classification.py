@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from hpo.errors import UserInputError
-from hpo.knobs.checkpointing import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
 from hpo.workloads.base import build_options
 from hpo.workloads.catalog import create_workload
 from hpo.workloads.timeseries_classification import SelfAttention, TimeseriesClassification, load_msft

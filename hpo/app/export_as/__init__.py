@@ -14,8 +14,10 @@ import optuna
 from hpo.app.export_as.hf import hf_arguments
 from hpo.app.export_as.lightning_trainer import lightning_arguments
 from hpo.app.export_as.python_loop import python_snippet
-from hpo.app.export_as.winner import HF_ATTN, Winner, winner_of
+from hpo.app.export_as.torchrun import write_torchrun
+from hpo.app.export_as.winner import Winner, winner_of
 from hpo.errors import UserInputError
+from hpo.knobs.systems.attention import HF_ATTN
 
 __all__ = ["FORMATS", "HF_ATTN", "Winner", "export_as", "hf_arguments", "lightning_arguments", "python_snippet", "winner_of"]
 
@@ -33,7 +35,7 @@ def export_as(trial: optuna.trial.FrozenTrial, fmt: str, output: Path | None) ->
         if output is None:
             return snippet
         output.write_text(snippet)
-        return [output]
+        return [output, *write_torchrun(trial, output)]
     if output is None:
         raise UserInputError(f"--as {fmt} needs -o DIR: the folder to write its files to")
     if output.exists() and not output.is_dir():

@@ -1,23 +1,34 @@
-"""`--as python`: a plain PyTorch training loop with the trial's knobs."""
+"""`--as python`: a plain PyTorch training loop with the trial's knobs, each knob's part written by
+its module (`Knob.python_loop`)."""
 
 from __future__ import annotations
 
-from hpo.app.export_as.winner import HF_ATTN, Winner, attention_note, checkpointing_note, knobs_line
-from hpo.errors import UserInputError
-from hpo.knobs.registry import PRECISION_SPECS
+from hpo.app.export_as.winner import Winner, knobs_line
+from hpo.knobs.knob import LoopPart
+from hpo.knobs.systems import KNOBS
 
 __all__ = ["python_snippet"]
 
 
+def _parts(w: Winner) -> LoopPart:
+    """Every knob's part, joined."""
+    joined = LoopPart()
+    for knob in KNOBS.values():
+        part = knob.python_loop(w)
+        joined.setup += part.setup
+        joined.contexts += part.contexts
+        joined.optimizer_flags = ", ".join(f for f in (joined.optimizer_flags, part.optimizer_flags) if f)
+        joined.forward = part.forward or joined.forward
+        joined.scaler = joined.scaler or part.scaler
+        joined.loader.update(part.loader)
+    return joined
+
+
 def python_snippet(w: Winner) -> str:
     """A plain PyTorch loop with the trial's knobs: `train(model, batches, loss_fn)`."""
-    precision = PRECISION_SPECS[w.precision]
-    dtype = f"torch.{precision.dtype}" if precision.autocast else None
-    device = "cpu" if w.on_cpu else "cuda"
-    flags = {"forloop": "foreach=False, fused=False", "foreach": "foreach=True", "fused": "fused=True"}.get(w.optimizer)
-    if flags is None:
-        raise UserInputError(f"trial {w.number}: optimizer={w.optimizer} is not a torch.optim.AdamW path")
-    kernel = f"SDPBackend.{w.sdpa_kernel}" if w.sdpa_kernel else None
+    part = _parts(w)
+    flags = f", {part.optimizer_flags}" if part.optimizer_flags else ""
+    loader = "".join(f", {k}={v!r}" for k, v in part.loader.items())
     lines = [
         f"# hpo trial {w.number}, knobs as observed: {knobs_line(w)}",
         "import contextlib",
@@ -27,29 +38,16 @@ def python_snippet(w: Winner) -> str:
         "",
         "def train(model, batches, loss_fn):",
         f'    """{w.max_steps} steps; `batches` yields inputs, `loss_fn(model, batch)` returns the loss."""',
+        f"    # batches: torch.utils.data.DataLoader(dataset, batch_size={w.batch_size}{loader})",
         f"    torch.manual_seed({w.seed})",
-    ]
-    if w.transformers_model:
-        lines.append(f"    # attention: load the model with attn_implementation={HF_ATTN[w.attention]!r}")
-        if w.grad_checkpointing:
-            lines.append("    model.gradient_checkpointing_enable({'use_reentrant': False})")
-    else:
-        lines.append(f"    {attention_note(w)}")
-        if w.grad_checkpointing:
-            lines.append(f"    {checkpointing_note(w)}")
-    lines.append(f"    optimizer = torch.optim.AdamW(model.parameters(), lr={w.lr!r}, weight_decay={w.weight_decay!r}, {flags})")
-    lines.append(
-        f"    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / {max(w.warmup_steps, 1)}))"
-    )
-    lines.append(f"    scaler = torch.amp.GradScaler({device!r})" if precision.scaled else "    scaler = None")
-    forward = f"torch.compile(model, backend={w.compile_backend!r}, mode={w.compile!r})" if w.compile else "model"
-    lines.append(f"    forward = {forward}")
-    autocast = f"torch.autocast({device!r}, dtype={dtype})" if dtype else "contextlib.nullcontext()"
-    pin = f"sdpa_kernel({kernel})" if kernel else "contextlib.nullcontext()"
-    lines += [
+        *(f"    {line}" for line in part.setup),
+        f"    optimizer = torch.optim.AdamW(model.parameters(), lr={w.lr!r}, weight_decay={w.weight_decay!r}{flags})",
+        f"    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / {max(w.warmup_steps, 1)}))",
+        f"    scaler = torch.amp.GradScaler({w.device_type!r})" if part.scaler else "    scaler = None",
+        f"    forward = {part.forward or 'model'}",
         "    model.train()",
         f"    for _, batch in zip(range({w.max_steps}), batches):",
-        f"        with {pin}, {autocast}:",
+        f"        with {', '.join(part.contexts) or 'contextlib.nullcontext()'}:",
         "            loss = loss_fn(forward, batch)",
         "        (scaler.scale(loss) if scaler else loss).backward()",
         "        if scaler:",

@@ -1,4 +1,5 @@
-"""The knobs every probe compares a trial with, fp32/eager/for-loop, and what differs from them: the
+"""The knobs every probe compares a trial with, each knob's declared reference value (fp32, eager,
+the for-loop, ...: `Knob.reference` in hpo.knobs.systems), and what differs from them: the
 values a measured verdict (too slow, too far off) can implicate, which a differential run then
 narrows to the value or pair at fault (`hpo.verify.fault._differential`). And whether a reference step really ran
 them: a workload that ignores a knob (a wrapper that lets transformers pick SDPA) runs something
@@ -7,10 +8,11 @@ else as the "reference", and a trial compared with it would pass with an error o
 from __future__ import annotations
 
 from hpo.config.trial import Knobs
+from hpo.knobs.systems import TRIAL_KNOBS
 
 __all__ = ["REFERENCE_KNOBS", "differing_from_reference", "ran_other_than_reference"]
 
-REFERENCE_KNOBS = Knobs(precision="fp32", attention="eager", optimizer="forloop")
+REFERENCE_KNOBS = Knobs(**{name: knob.reference for name, knob in TRIAL_KNOBS.items()})
 
 
 def differing_from_reference(knobs: Knobs) -> list[tuple[str, object]]:

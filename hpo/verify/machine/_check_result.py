@@ -8,13 +8,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hpo.knobs.registry import VALUE_SPECS, Needs
 from hpo.verdicts import Part
 
 __all__ = ["CHECKED_KNOBS", "MachineCheck", "NotRunnable", "nothing_left", "render", "searched_parts"]
 
 # The knobs whose values declare needs in the registry (grad_checkpointing and compile declare none),
 # and the input-pipeline backend (`systems.loader`: dali needs its package and CUDA).
-CHECKED_KNOBS = ("precision", "attention", "optimizer", "loader")
+# The knobs with a value that needs something (a package, a device, a capability): what a machine check checks.
+CHECKED_KNOBS = tuple(
+    name for name, specs in VALUE_SPECS.items() if any(getattr(spec, "needs", Needs()) != Needs() for spec in specs.values())
+)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from hpo import deps
 from hpo.config.trial import Knobs
 from hpo.errors import KnobUnavailable
 from hpo.hardware import probes
-from hpo.knobs.registry import KNOBS, LOADER_SPECS, Needs, spec_for
+from hpo.knobs.registry import VALUE_SPECS, Needs, spec_for
 from hpo.verdicts import Verdict
 from hpo.verify.fault import REFERENCE_KNOBS, match_known_failure
 from hpo.verify.machine._check_result import CHECKED_KNOBS, MachineCheck, NotRunnable
@@ -35,7 +35,7 @@ __all__ = ["check_values", "registry_values", "value_capability"]
 
 def registry_values() -> dict[str, list]:
     """Every value of the checked knobs the registry holds: what `hpo doctor` checks."""
-    return {knob: list(LOADER_SPECS if knob == "loader" else KNOBS[knob]) for knob in CHECKED_KNOBS}
+    return {knob: list(VALUE_SPECS[knob]) for knob in CHECKED_KNOBS}
 
 
 def value_capability(knob: str, value: str, device: torch.device) -> probes.Capability:
@@ -127,8 +127,8 @@ def _attention_refusals(name: str, precisions: Sequence[str], device) -> tuple[l
 
 
 def _run_attention(name: str, precision: str, device: torch.device) -> None:
-    from hpo.knobs.attention import attention_function, pinned_kernel
-    from hpo.knobs.precision import DTYPES
+    from hpo.knobs.attention_kernels import attention_function, pinned_kernel
+    from hpo.knobs.precision_plugins import DTYPES
 
     q, k, v = (torch.randn(1, 2, 16, 64, device=device, dtype=DTYPES[precision], requires_grad=True) for _ in range(3))
     with pinned_kernel(name):
@@ -145,7 +145,7 @@ def _synchronize(device: torch.device) -> None:
 def _optimizer_refusals(name: str, precisions: Sequence[str], device) -> tuple[list[NotRunnable], list[str]]:
     """One step of optimizer `name` on a small fp32 parameter. `precisions` go unused: autocast
     leaves the parameters in fp32, so no precision is part of an optimizer's refusal."""
-    from hpo.knobs.optimizers import build_optimizer
+    from hpo.knobs.adamw_builders import build_optimizer
 
     param = torch.nn.Parameter(torch.zeros(16, device=device))
     param.grad = torch.ones_like(param)

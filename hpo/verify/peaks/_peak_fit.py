@@ -27,7 +27,7 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.engine import AssembledModel
 from hpo.hardware import MemoryMeter, PeakModel, ResidentPeak, fit_peaks, hand_back_freed, is_out_of_memory
-from hpo.knobs.optimizers import learning_rate_zero
+from hpo.knobs.adamw_builders import learning_rate_zero
 from hpo.verify.stored import VerdictStore
 from hpo.workloads.base import Workload
 

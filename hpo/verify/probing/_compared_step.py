@@ -16,17 +16,11 @@ from hpo.errors import HpoError, KnobUnavailable, TrialRejected, real_cause
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware import is_out_of_memory
-from hpo.knobs.optimizers import learning_rate_zero
+from hpo.knobs.adamw_builders import learning_rate_zero
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import foreach_div, foreach_norm
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.fault import (
-    REFERENCE_KNOBS,
-    differing_from_reference,
-    is_sticky_device_error,
-    isolate,
-    match_known_failure,
-)
+from hpo.verify.fault import REFERENCE_KNOBS, differing_from_reference, is_sticky_device_error, isolate, match_known_failure
 from hpo.verify.probing._bounds import NO_FLOOR, Errors, NumericBound, bound_from_floor, relative_errors
 from hpo.verify.probing._dropout_off import train_mode_without_dropout
 from hpo.verify.probing._kept_reference import ComparedReference

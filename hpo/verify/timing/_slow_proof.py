@@ -1,24 +1,26 @@
 """Timing knob combinations at a trial's batch, and proving which values make a trial `slow`.
 
-A trial is judged slow from its own first steady steps (`hpo.trial.trainer`) or, in `hpo probe`,
+A trial is judged slow from its own first steady steps (`hpo.trial._trainer`) or, in `hpo probe`,
 from the probe's timed steps. Either says that the combination is slow, not which of its values is:
 bf16 on a CPU without avx512_bf16 makes every combination that contains it slow, whatever the
 attention or optimizer. So before a `slow` verdict is cached, the differing values are timed from
-the reference one at a time, then in pairs (`hpo.verify.blame.isolate`), and only the subset that is
+the reference one at a time, then in pairs (`hpo.verify.fault._differential.isolate`), and only the subset that is
 slow by itself is implicated. If none is, the whole combination is timed again; not slow then, the
 first measurement was noise (a busy machine) and nothing is cached. The two sides are timed
 interleaved, one step of each a round, the side that goes first alternating, after one untimed
-step of each at the timed shape; for at least three rounds and until the knobs' steps are steady
-(`hpo.verify.steady`) and the reference's fastest agree: the values are slow only if the knobs'
-fastest step is over the limit against the reference's fastest after every round. Both sides get
-as many steps and are judged by the same statistic, so neither a machine busier than when the
-reference was first timed nor a burst of load makes a value look slow: a burst would have to slow
-every step of the knobs and spare the reference's steps between them. A step of the knobs is
-stopped once it has run past the limit against the reference's fastest so far
-(`hpo.verify.step_deadline`): its time is then known to be over the limit, which is all a round
-asks, and an emulated bf16 MiniLM step costs 5x the reference's instead of its full 15x; a verdict
-on such steps says the slowdown is at least that. When the reference's own steps disagree by more than MAX_REFERENCE_SPREAD, this machine cannot
-tell a slow value from its own noise: nothing is judged, and the proof says why.
+step of each at the timed shape. Knobs whose fastest step is within the limit of the reference's
+fastest, from the third round on (PROOF_ROUNDS), are cleared. A verdict needs more: the knobs' steps
+over the limit against the reference's in so many of the pairs of steps of the rounds that noise
+alone would do it by a chance of at most 0.2% (`hpo.verify.outpaced`: 6 rounds at the least), and
+both sides steady (`hpo.verify.timing._steady`, the reference's fastest agreeing). Fastest against fastest
+alone called grad checkpointing, 1.37x by a plain loop, `at least 1.5x` at a load of 40 on 2 cores:
+the reference got one quiet step the knobs never got the like of. A step of the knobs is stopped
+once past the limit against the reference's median step so far, with a margin
+(`hpo.verify.timing._side_by_side.STOP_MARGIN`, `hpo.verify.timing._step_deadline`): an emulated bf16 MiniLM step
+then costs about 7.5x the reference's instead of its full 15x at the default limit of 5x, and a
+verdict on such steps says the slowdown is at least that. A proof of a slow subset so costs 6 to
+10 rounds; nothing is judged, and the proof says why, when 10 rounds cannot prove it or the
+reference's own steps disagree by more than MAX_REFERENCE_SPREAD.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from hpo.engine import AssembledModel
 from hpo.hardware import seed_everything
 from hpo.verdicts import Verdict
 from hpo.verify.fault import REFERENCE_KNOBS, isolate
+from hpo.verify.outpaced import Outlook, describe, outlook
 from hpo.verify.timing._side_by_side import MAX_REFERENCE_SPREAD, SideBySide
 from hpo.verify.timing._slow_limit import SlowLimit
 from hpo.verify.timing._steady import DEFAULT_POLICY, StepTimes, TimingPolicy, time_model
@@ -43,10 +46,8 @@ from hpo.workloads.base import Batch, Workload
 
 __all__ = ["MAX_REFERENCE_SPREAD", "SideBySideTiming", "SlowProof", "prove_slow", "time_knobs", "time_side_by_side"]
 
-# Rounds of (reference timing, knobs step) a subset must be slow in, each against the fastest of
-# all so far: one round slowed by a neighbour's burst (seen: 80 ms against 17 ms) proves nothing.
-# One step of the knobs a round, not a steady timing: that cost 9 steps of an emulated fp16 (257 ms
-# each on the quickstart) where 3 interleaved with the reference's prove as much.
+# Rounds of one step a side before a fast step of the knobs clears them: one reference step slowed
+# by a neighbour's burst (seen: 80 ms against 17 ms) would otherwise clear any knobs in the first.
 PROOF_ROUNDS = 3
 
 
@@ -156,10 +157,10 @@ def prove_slow(
         def slow(knobs: Knobs) -> Verdict | None:
             if warm is not None and knobs == warm.knobs:
                 # Warm whether or not its steps were given: none of it is stepped untimed again.
-                judged.append(_slow_in_every_round(reference, warm, batch, knobs, limit, policy, warm_timing or StepTimes((), 0)))
+                judged.append(_proven_slow(reference, warm, batch, knobs, limit, policy, warm_timing or StepTimes((), 0)))
             else:
                 with _built(workload, config, knobs, device) as assembled:
-                    judged.append(_slow_in_every_round(reference, assembled, batch, knobs, limit, policy))
+                    judged.append(_proven_slow(reference, assembled, batch, knobs, limit, policy))
             return judged[-1].verdict
 
         try:
@@ -169,7 +170,7 @@ def prove_slow(
         return judged[-1] if verdict is not None else SlowProof()
 
 
-def _slow_in_every_round(
+def _proven_slow(
     reference: AssembledModel,
     assembled: AssembledModel,
     batch: Batch,
@@ -178,30 +179,45 @@ def _slow_in_every_round(
     policy: TimingPolicy,
     warm_timing: StepTimes | None = None,
 ) -> SlowProof:
-    """Rounds of one step of each side, the side that goes first alternating, at least PROOF_ROUNDS
-    and until both sides are steady (`SideBySide.settled`); a verdict only if the fastest step of the
-    knobs was over the limit against the fastest of as many reference steps after every round from
-    the PROOF_ROUNDS-th on. Each
-    step of the knobs stops once past the limit (its time is then a lower bound, over the limit).
-    `warm_timing` not None: `assembled` is warm, and that timing, taken on it just now beside as
-    many reference steps, is its first round's when it decides one."""
+    """Rounds of one step of each side, the side that goes first alternating, each step of the knobs
+    stopped STOP_MARGIN past the limit against the reference's median so far; at most the policy's
+    `max_repeats` rounds. Cleared from the PROOF_ROUNDS-th round on once the knobs' fastest step is
+    within the limit of the reference's fastest. A verdict once the pairs of steps prove the knobs
+    over the limit beyond noise (`hpo.verify.outpaced`, 6 rounds at the least) and both sides are
+    steady (`SideBySide.settled`); not judged, with why, when the pairs can no longer prove it or
+    the reference's own fastest steps disagree. `warm_timing` not None: `assembled` is warm, and
+    that timing, taken on it just now beside as many reference steps, is its first round's when it
+    decides one."""
     rounds = SideBySide(reference, assembled, batch, limit, policy)
     if warm_timing is not None:
         rounds.first_with(warm_timing)
-    while rounds.count < PROOF_ROUNDS or not rounds.settled():
+    else:
         rounds.one_round()
-        # Cleared only on as many steps of each side as a verdict needs: one reference step slowed
-        # by a burst would otherwise clear any knobs in the first round.
+    while True:
+        # Cleared only on as many steps of each side as PROOF_ROUNDS: one reference step slowed by
+        # a burst would otherwise clear any knobs in the first round.
         if rounds.count >= PROOF_ROUNDS and min(rounds.knobs.ms) <= rounds.over_ms():
             return SlowProof()
-    # Slow in every round. Judged only if the reference's own steps held still: where even its
+        shown = outlook(rounds.knobs.ms, rounds.reference_ms, limit.ratio, policy.max_repeats)
+        if shown is Outlook.UNPROVABLE:  # at the cap, whatever is not proven is unprovable
+            _too_noisy(rounds.reference_ms, policy)  # the cause, where the reference's own steps disagree
+            raise _NotJudged(f"not proven slow: {describe(rounds.knobs.ms, rounds.reference_ms, limit.ratio)}")
+        if shown is Outlook.SLOW and rounds.settled():
+            break
+        rounds.one_round()
+    # Proven over the limit. Judged only if the reference's own steps held still: where even its
     # fastest steps disagree widely, the knobs' may be slowed by the same noise.
-    timed = StepTimes(tuple(rounds.reference_ms), 0, policy.window)
+    _too_noisy(rounds.reference_ms, policy)
+    fastest, at_least = rounds.knobs.fastest()
+    judged = dataclasses.replace(limit, reference_ms=min(rounds.reference_ms))
+    return SlowProof(judged.verdict(knobs, fastest, at_least=at_least), slowdown=judged.slowdown(fastest), at_least=at_least)
+
+
+def _too_noisy(reference_ms: list[float], policy: TimingPolicy) -> None:
+    """Not judged where the reference's fastest steps disagree by more than MAX_REFERENCE_SPREAD."""
+    timed = StepTimes(tuple(reference_ms), 0, policy.window)
     if timed.spread > MAX_REFERENCE_SPREAD:
         raise _NotJudged(f"reference spread {timed.spread:.0%} (over {MAX_REFERENCE_SPREAD:.0%}; steps {_ms(timed)})")
-    fastest, at_least = rounds.knobs.fastest()
-    judged = dataclasses.replace(limit, reference_ms=timed.best_ms)
-    return SlowProof(judged.verdict(knobs, fastest, at_least=at_least), slowdown=judged.slowdown(fastest), at_least=at_least)
 
 
 def _ms(timed: StepTimes) -> str:

@@ -2,7 +2,7 @@
 fp16 GradScaler and the Lightning string together, so the loop never asks "is this fp16?".
 
 `precision_plugin(name, device_type)` parses the knob value once, from its spec in
-`hpo.knobs.registry.PRECISION_SPECS`: full precision is `Precision`, autocast is `MixedPrecision`.
+`hpo.knobs.registry.PRECISION_SPECS`: full precision is `PrecisionPlugin`, autocast is `MixedPrecision`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from torch import nn
 from hpo.knobs.registry import PRECISION_SPECS, spec_for
 from hpo.torch_compat import found_inf_per_device, unscales_in_its_step
 
-__all__ = ["DTYPES", "MixedPrecision", "Precision", "precision_plugin"]
+__all__ = ["DTYPES", "MixedPrecision", "PrecisionPlugin", "precision_plugin"]
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, spec.dtype) for name, spec in PRECISION_SPECS.items()}
 
 
-class Precision:
+class PrecisionPlugin:
     """Full fp32 precision ("32-true"): no autocast region, no loss scaling."""
 
     lightning = "32-true"
@@ -51,7 +51,7 @@ class Precision:
         optimizer.step()
 
 
-class MixedPrecision(Precision):
+class MixedPrecision(PrecisionPlugin):
     """Autocast to `dtype` on `device_type`; with a `scaler`, the loss is scaled for backward and the
     gradients unscaled before clipping and the step (which the scaler skips on inf/nan)."""
 
@@ -102,11 +102,11 @@ class MixedPrecision(Precision):
             self._unscaled.add(id(optimizer))
 
 
-def precision_plugin(name: str, device_type: str) -> Precision:
+def precision_plugin(name: str, device_type: str) -> PrecisionPlugin:
     """The plugin for precision knob value `name` on `device_type` (parsed once, here)."""
     spec = spec_for("precision", name)
     if not spec.autocast:
-        return Precision()
+        return PrecisionPlugin()
     # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.
     scaler = torch.amp.GradScaler(device_type) if spec.scaled else None
     return MixedPrecision(getattr(torch, spec.dtype), device_type, scaler)

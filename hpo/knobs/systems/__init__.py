@@ -1,0 +1,61 @@
+"""Every systems knob, one module each: `systems.<name>` is declared in `hpo.knobs.systems.<name>`.
+
+The modules are found here, not listed: a module of this package that defines `KNOB` is a knob, and
+what hpo derives from the knobs (the schema, a trial's `Knobs` and `LoaderSettings`, the records, the
+exporters, the command line's lists) reads `KNOBS`. How to add one: CONTRIBUTING.md, "How to add a knob".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pkgutil
+from collections.abc import Iterator
+from typing import Any
+
+from hpo.knobs.knob import Knob, LoaderKnob
+
+__all__ = ["KNOBS", "LOADER_KNOBS", "TRIAL_KNOBS", "applied_to_process", "knob", "read_in_step"]
+
+
+def _found() -> dict[str, Knob]:
+    knobs = []
+    for module in pkgutil.iter_modules(__path__):
+        declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "KNOB", None)
+        if declared is None:
+            continue
+        if declared.name != module.name:
+            raise ImportError(f"knob module {module.name}.py declares systems.{declared.name}: a knob's module is named after it")
+        knobs.append(declared)
+    return {k.name: k for k in sorted(knobs, key=lambda k: k.position)}
+
+
+# Every knob, in the order configs, records and tables list them.
+KNOBS: dict[str, Knob] = _found()
+# The knobs a trial's `Knobs` holds (model, optimizer, process): what the probe compares with its reference.
+TRIAL_KNOBS: dict[str, Knob] = {name: k for name, k in KNOBS.items() if not isinstance(k, LoaderKnob)}
+# The input-pipeline settings (`LoaderSettings`): what the loader check proves.
+LOADER_KNOBS: dict[str, LoaderKnob] = {name: k for name, k in KNOBS.items() if isinstance(k, LoaderKnob)}
+
+
+def knob(name: str) -> Knob:
+    """The knob `systems.<name>`; an unknown name raises an error naming the known ones."""
+    if name not in KNOBS:
+        raise KeyError(f"knob must be one of {list(KNOBS)}, got {name!r}")
+    return KNOBS[name]
+
+
+@contextlib.contextmanager
+def applied_to_process(knobs: dict[str, Any], device_type: str) -> Iterator[None]:
+    """Every process knob's setting for `knobs`, in force inside and restored after: what a trial's
+    steps run under, per trial rather than for the whole process."""
+    with contextlib.ExitStack() as stack:
+        for name, value in knobs.items():
+            if TRIAL_KNOBS[name].applies_to == "process":
+                stack.enter_context(TRIAL_KNOBS[name].applied(value, device_type))
+        yield
+
+
+def read_in_step(knobs: dict[str, Any], device_type: str) -> dict[str, Any]:
+    """Each knob's setting as a step sees it, read inside the step (`Knob.read_in_step`)."""
+    return {name: TRIAL_KNOBS[name].read_in_step(device_type) for name in knobs}
