@@ -5,6 +5,8 @@ ends the trial `mismatch`)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from parallel_knob_drops import drop_knob, dropping_in_ranks
@@ -14,6 +16,7 @@ from hpo.hardware import peaks
 from hpo.hardware.peaks import Peak
 from hpo.parallel import run_ranks
 from hpo.records import check_trial_attrs
+from hpo.trial import ranks
 from hpo.trial.ranks import execute_ranks
 
 pytestmark = pytest.mark.slow
@@ -94,6 +97,9 @@ def test_a_trial_of_ranks_records_mfu_against_n_devices_peak(monkeypatch):
 )
 def test_a_knob_that_did_not_take_effect_ends_the_trial_mismatch(monkeypatch, strategy, knob, requested, why):
     dropping_in_ranks(monkeypatch, knob)
-    outcome = run_ranks(two_rank_config(strategy, **{knob: requested}), after_step=drop_knob, deadline_s=DEADLINE_S)
+    monkeypatch.setattr(ranks, "run_ranks", functools.partial(run_ranks, after_step=drop_knob))
+    attrs: dict = {}
+    outcome = ranks.execute_ranks(two_rank_config(strategy, **{knob: requested}), attrs, deadline_s=DEADLINE_S)
     assert str(outcome.verdict) == f"mismatch: rank 0: {why}"
-    assert outcome.ranks[0]["parallel_observed"][knob] is not None  # the evidence is kept with the verdict
+    assert attrs["parallel_observed"][knob] is not None  # the evidence is recorded with the verdict
+    assert "verdict_implicates" not in attrs  # a value that did not take effect is not one to avoid
