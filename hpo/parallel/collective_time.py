@@ -7,7 +7,11 @@ event, from its enqueue to its completion on gloo's own thread; on NCCL, the `nc
 the GPU's timeline (the CPU's `nccl:<collective>` event covers only the launch). The share is the
 time any of them was in flight, merged where they overlap, over the step's wall time, both on the
 profiler's clock. Compute running meanwhile is not subtracted: the share says how much of the
-step had communication in flight, whether or not the step waited for it."""
+step had communication in flight, whether or not the step waited for it.
+
+On CUDA this turns on the profiler's CUDA activity (CUPTI) for the recorded step, which hpo's
+evidence profiler leaves off because it can leave kernels slower after profiling (pytorch#144455),
+and the steady steps are timed after the recorded one: not yet run on a GPU."""
 
 from __future__ import annotations
 
