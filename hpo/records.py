@@ -116,7 +116,7 @@ class TrialRecord(_Record):
         None,
         description="a trial of several ranks: each parallel knob's effect as rank 0's recorded step showed it, null for "
         "a knob with nothing to act on (the other strategy's): `bucket_cap_mb` as the gradient all-reduces "
-        "(`all_reduce_calls`, `largest_all_reduce_mb`, `all_reduced_mb`, beside `largest_gradient_mb`), "
+        "(`all_reduce_calls`, their `dtypes`, `largest_all_reduce_mb`, `all_reduced_mb`, beside `largest_gradient_mb`), "
         "`gradient_as_bucket_view` as `gradients_in_buckets` of `gradients` (living in an all-reduced storage), "
         "`reshard_after_forward` as `blocks_gathered_after_forward` of `blocks`. An effect that contradicts the "
         "request on any rank ends the trial `mismatch: rank R: systems.parallel.<knob> ...`",

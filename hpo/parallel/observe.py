@@ -34,11 +34,13 @@ def _itemsize(dtype: str) -> int:
 
 
 def bucket_sizes(all_reduces: list[tuple[str, int]], largest_gradient_bytes: int) -> dict:
-    """One step's gradient all-reduces, given as (dtype, elements) per call: their number, the
-    largest and the total in MB, beside the largest gradient (a bucket holds whole gradients)."""
+    """One step's gradient all-reduces, given as (dtype, elements) per call: their number, their
+    dtypes, the largest and the total in MB, beside the largest gradient (a bucket holds whole
+    gradients)."""
     sizes = [numel * _itemsize(dtype) / MB for dtype, numel in all_reduces]
     return {
         "all_reduce_calls": len(sizes),
+        "dtypes": sorted({dtype for dtype, _ in all_reduces}),
         "largest_all_reduce_mb": max(sizes, default=0.0),
         "all_reduced_mb": sum(sizes),
         "largest_gradient_mb": largest_gradient_bytes / MB,
@@ -46,16 +48,16 @@ def bucket_sizes(all_reduces: list[tuple[str, int]], largest_gradient_bytes: int
 
 
 def bucket_cap_contradiction(requested_mb: float, seen: dict) -> str | None:
-    """DDP closes a bucket as soon as it holds at least the cap: no bucket exceeds the cap by more
-    than one gradient, and every bucket but the last holds at least the cap, so there are at most
-    total / cap + 1 of them."""
+    """DDP closes a bucket as soon as it holds at least the cap, and keeps each dtype's gradients
+    in buckets of their own: no bucket exceeds the cap by more than one gradient, and every bucket
+    but each dtype's last holds at least the cap, so there are at most total / cap + 1 per dtype."""
     ceiling = requested_mb + seen["largest_gradient_mb"]
     if seen["largest_all_reduce_mb"] > ceiling:
         return (
             f"bucket_cap_mb {requested_mb:g} requested, but an all-reduce carried {seen['largest_all_reduce_mb']:.4g} MB, "
             f"above the cap plus the largest gradient ({ceiling:.4g} MB)"
         )
-    most = int(seen["all_reduced_mb"] // requested_mb) + 1
+    most = int(seen["all_reduced_mb"] // requested_mb) + len(seen["dtypes"])
     if seen["all_reduce_calls"] > most:
         return (
             f"bucket_cap_mb {requested_mb:g} requested, but {seen['all_reduce_calls']} all-reduces carried "

@@ -22,12 +22,28 @@ def test_buckets_within_the_cap_agree_and_one_bucket_of_everything_does_not():
     # 4 fp32 gradients of 0.25 MB: a 0.5 MB cap makes 2 buckets of 0.5 MB.
     gradient = int(0.25 * MB)
     capped = bucket_sizes([("float32", 2 * gradient // 4)] * 2, gradient)
-    assert capped == {"all_reduce_calls": 2, "largest_all_reduce_mb": 0.5, "all_reduced_mb": 1.0, "largest_gradient_mb": 0.25}
+    assert capped == {
+        "all_reduce_calls": 2,
+        "dtypes": ["float32"],
+        "largest_all_reduce_mb": 0.5,
+        "all_reduced_mb": 1.0,
+        "largest_gradient_mb": 0.25,
+    }
     assert bucket_cap_contradiction(0.5, capped) is None
     whole = bucket_sizes([("float32", 4 * gradient // 4)], gradient)
     assert bucket_cap_contradiction(0.5, whole) == (
         "bucket_cap_mb 0.5 requested, but an all-reduce carried 1 MB, above the cap plus the largest gradient (0.75 MB)"
     )
+
+
+def test_each_dtype_s_last_bucket_may_be_short_of_the_cap():
+    # Under a 0.5 MB cap: fp32 buckets of 0.5 and 0.1 MB, and a bf16 one of 0.1 MB. One dtype's
+    # gradients would make at most 0.7 // 0.5 + 1 = 2 buckets; each dtype has a short last one.
+    gradient, short = int(0.25 * MB), int(0.1 * MB)
+    mixed = bucket_sizes([("float32", gradient // 2), ("float32", short // 4), ("bfloat16", short // 2)], gradient)
+    assert mixed["dtypes"] == ["bfloat16", "float32"]
+    assert bucket_cap_contradiction(0.5, mixed) is None
+    assert bucket_cap_contradiction(0.5, {**mixed, "dtypes": ["float32"]}) is not None
 
 
 def test_more_buckets_than_a_larger_cap_allows_contradict_it():
