@@ -8,16 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hpo.config.trial import ParallelSettings
-from hpo.parallel.observe import bucket_cap_contradiction, bucket_view_contradiction, reshard_contradiction
+from hpo.knobs.systems.parallel import PARALLEL_KNOBS
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["CHECKS", "contradiction"]
 
-CHECKS: dict[str, Callable[..., str | None]] = {
-    "bucket_cap_mb": bucket_cap_contradiction,
-    "gradient_as_bucket_view": bucket_view_contradiction,
-    "reshard_after_forward": reshard_contradiction,
-}
+# Each parallel knob's check of its observed effect, from its module.
+CHECKS: dict[str, Callable[..., str | None]] = {name: knob.contradiction for name, knob in PARALLEL_KNOBS.items()}
 
 
 def contradiction(results: list[dict], settings: ParallelSettings) -> Verdict | None:

@@ -7,8 +7,8 @@ One observation and one check per knob, each on plain values:
 - `reshard_after_forward` (FSDP2): whether the blocks' parameters are still gathered when their
   forward has ended.
 
-An observation returns a dict of numbers; a check returns why the observation contradicts the
-requested value, in words, or None when it agrees."""
+An observation returns a dict of numbers; each knob's module (`hpo.knobs.systems.parallel`) checks
+it against the request."""
 
 from __future__ import annotations
 
@@ -17,13 +17,10 @@ from torch.distributed.tensor import DTensor
 
 __all__ = [
     "MB",
-    "bucket_cap_contradiction",
     "bucket_sizes",
-    "bucket_view_contradiction",
     "blocks_gathered",
     "grads_in_buckets",
     "holds_gathered_parameters",
-    "reshard_contradiction",
 ]
 
 MB = 2**20  # DDP's bucket_cap_mb is in MiB (`_MB_TO_BYTES` in torch.nn.parallel.distributed)
@@ -47,40 +44,11 @@ def bucket_sizes(all_reduces: list[tuple[str, int]], largest_gradient_bytes: int
     }
 
 
-def bucket_cap_contradiction(requested_mb: float, seen: dict) -> str | None:
-    """DDP closes a bucket as soon as it holds at least the cap, and keeps each dtype's gradients
-    in buckets of their own: no bucket exceeds the cap by more than one gradient, and every bucket
-    but each dtype's last holds at least the cap, so there are at most total / cap + 1 per dtype."""
-    ceiling = requested_mb + seen["largest_gradient_mb"]
-    if seen["largest_all_reduce_mb"] > ceiling:
-        return (
-            f"bucket_cap_mb {requested_mb:g} requested, but an all-reduce carried {seen['largest_all_reduce_mb']:.4g} MB, "
-            f"above the cap plus the largest gradient ({ceiling:.4g} MB)"
-        )
-    most = int(seen["all_reduced_mb"] // requested_mb) + len(seen["dtypes"])
-    if seen["all_reduce_calls"] > most:
-        return (
-            f"bucket_cap_mb {requested_mb:g} requested, but {seen['all_reduce_calls']} all-reduces carried "
-            f"{seen['all_reduced_mb']:.4g} MB, where buckets of at least the cap make at most {most}"
-        )
-    return None
-
-
 def grads_in_buckets(gradients: list[torch.Tensor], reduced_storages: set[int]) -> dict:
     """How many of the gradients (after the all-reduces, before the update) live in a storage that
     an all-reduce ran on: a bucket's, when they are views into it."""
     inside = sum(grad.untyped_storage().data_ptr() in reduced_storages for grad in gradients)
     return {"gradients": len(gradients), "gradients_in_buckets": inside}
-
-
-def bucket_view_contradiction(requested: bool, seen: dict) -> str | None:
-    expected = seen["gradients"] if requested else 0
-    if seen["gradients"] and seen["gradients_in_buckets"] == expected:
-        return None
-    return (
-        f"gradient_as_bucket_view {requested} requested, but {seen['gradients_in_buckets']} of "
-        f"{seen['gradients']} gradients lived in the all-reduced buckets' storage"
-    )
 
 
 def holds_gathered_parameters(block: torch.nn.Module) -> bool:
@@ -92,13 +60,3 @@ def holds_gathered_parameters(block: torch.nn.Module) -> bool:
 def blocks_gathered(after_forward: list[bool]) -> dict:
     """Of the blocks whose forward ended, how many still held their gathered parameters."""
     return {"blocks": len(after_forward), "blocks_gathered_after_forward": sum(after_forward)}
-
-
-def reshard_contradiction(requested: bool, seen: dict) -> str | None:
-    expected = 0 if requested else seen["blocks"]
-    if seen["blocks"] and seen["blocks_gathered_after_forward"] == expected:
-        return None
-    return (
-        f"reshard_after_forward {requested} requested, but {seen['blocks_gathered_after_forward']} of "
-        f"{seen['blocks']} blocks still held their gathered parameters after forward"
-    )

@@ -6,16 +6,15 @@ from __future__ import annotations
 import pytest
 from parallel_ranks import two_rank_config
 
+from hpo.knobs.systems.parallel import PARALLEL_KNOBS
 from hpo.parallel.collective_time import in_flight_share, is_collective
 from hpo.parallel.effects import contradiction
-from hpo.parallel.observe import (
-    MB,
-    blocks_gathered,
-    bucket_cap_contradiction,
-    bucket_sizes,
-    bucket_view_contradiction,
-    reshard_contradiction,
-)
+from hpo.parallel.observe import MB, blocks_gathered, bucket_sizes
+
+# Each knob's check, from its module.
+bucket_cap_contradiction = PARALLEL_KNOBS["bucket_cap_mb"].contradiction
+bucket_view_contradiction = PARALLEL_KNOBS["gradient_as_bucket_view"].contradiction
+reshard_contradiction = PARALLEL_KNOBS["reshard_after_forward"].contradiction
 
 
 def test_buckets_within_the_cap_agree_and_one_bucket_of_everything_does_not():
