@@ -11,6 +11,7 @@ from benchmarks.figures_helpers import from_file, key, table
 __all__ = ["FIGURES"]
 
 FIRST = "2026-11-26"
+PARALLEL_DATE = "2026-12-06"
 
 
 def _cpu_vs_bare() -> list[Figure]:
@@ -237,6 +238,32 @@ def _sweep_share() -> list[Figure]:
     return figures
 
 
+PARALLEL_ROWS = {
+    "one_rank": "1 rank",
+    "ddp_25": "DDP, 2 ranks, bucket_cap_mb 25",
+    "ddp_1": "DDP, 2 ranks, bucket_cap_mb 1",
+    "fsdp_reshard": "FSDP2, 2 ranks, reshard_after_forward true",
+    "fsdp_keep": "FSDP2, 2 ranks, reshard_after_forward false",
+}
+PARALLEL_COLUMNS = {
+    "samples_per_s": "{:.2f}",
+    "speedup_over_1_rank": "{:.2f}x",
+    "collective_share": "{:.0%}",
+    "mfu": "{:.1%}",
+    "load_median": "{:.1f}",
+}
+
+
+def _parallel() -> list[Figure]:
+    """docs/benchmarks/parallel.md: each row's medians over its rounds."""
+    places = {
+        f"parallel.{key}.{field}": (f"rows[row={row}].{field}", fmt)
+        for key, row in PARALLEL_ROWS.items()
+        for field, fmt in PARALLEL_COLUMNS.items()
+    }
+    return from_file("parallel-cpu-amx.json", PARALLEL_DATE, places)
+
+
 FIGURES: list[Figure] = [
     *GPU_FIGURES,
     *_cpu_vs_bare(),
@@ -246,4 +273,5 @@ FIGURES: list[Figure] = [
     *_scale_conn(),
     *_vs_hf(),
     *_sweep_share(),
+    *_parallel(),
 ]

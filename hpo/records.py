@@ -103,7 +103,23 @@ class TrialRecord(_Record):
         "`batch_per_rank_seen`, the rows a rank trained on), `samples_per_s` over all ranks, "
         "`peak_memory_mb_per_rank` and `peak_memory_mb_max`, `wire` (each collective of one steady step: calls, "
         "elements per call, dtypes), `param_dtypes_seen` and `reduce_dtypes_seen` (on the wire, not as asked), "
-        "`last_steps` (the last step each rank reported)",
+        "`collective_share_per_rank` (see `collective_share`), `last_steps` (the last step each rank reported)",
+    )
+    collective_share: float | None = Field(
+        None,
+        description="a trial of several ranks: the largest of its ranks' shares of the recorded step's wall time during "
+        "which a collective was in flight, read from the profiler (gloo's `gloo:<collective>` spans, enqueue to "
+        "completion; on CUDA the NCCL kernels), overlapping collectives merged and compute running meanwhile not "
+        "subtracted; each rank's share in `parallel.collective_share_per_rank`",
+    )
+    parallel_observed: dict[str, Any] | None = Field(
+        None,
+        description="a trial of several ranks: each parallel knob's effect as rank 0's recorded step showed it, null for "
+        "a knob with nothing to act on (the other strategy's): `bucket_cap_mb` as the gradient all-reduces "
+        "(`all_reduce_calls`, their `dtypes`, `largest_all_reduce_mb`, `all_reduced_mb`, beside `largest_gradient_mb`), "
+        "`gradient_as_bucket_view` as `gradients_in_buckets` of `gradients` (living in an all-reduced storage), "
+        "`reshard_after_forward` as `blocks_gathered_after_forward` of `blocks`. An effect that contradicts the "
+        "request on any rank ends the trial `mismatch: rank R: systems.parallel.<knob> ...`",
     )
     verdict_implicates: list[list[Any]] | None = Field(
         None,
@@ -224,9 +240,13 @@ class TrialRecord(_Record):
         None, description="model FLOPs per sample x `steady_samples_per_s`, in TFLOP/s (the steady steps' compute)"
     )
     mfu: float | None = Field(
-        None, description="achieved over the device's peak for the trial's precision; null without a known peak"
+        None,
+        description="achieved over the device's peak for the trial's precision (a trial of N ranks: over N devices' "
+        "peak); null without a known peak",
     )
-    peak_tflops: float | None = Field(None, description="the peak MFU is measured against")
+    peak_tflops: float | None = Field(
+        None, description="the peak MFU is measured against (a trial of N ranks: N times one rank's device's)"
+    )
     peak_source: str | None = Field(None, description="where the peak comes from: a datasheet, or a timed matmul on this CPU")
     trial_s: float | None = Field(None, description="wall time of the whole trial: probe, build, training and evaluation")
     phases_s: dict[str, float] | None = Field(
@@ -288,6 +308,8 @@ class RecordKey:
     LOADER_OBSERVED = "loader_observed"
     DATA_WAIT_SHARE = "data_wait_share"
     PARALLEL = "parallel"
+    COLLECTIVE_SHARE = "collective_share"
+    PARALLEL_OBSERVED = "parallel_observed"
     VERDICT_IMPLICATES = "verdict_implicates"
     VERDICT_KEY = "verdict_key"
     TRAINER = "trainer"

@@ -125,6 +125,16 @@ def hang_rank(rank: int, step: int) -> None:
         time.sleep(3600)
 
 
+LATE_S = 2.0  # how long the late rank keeps its peer waiting in the recorded step
+
+
+def late_rank(rank: int, step: int) -> None:
+    """The faulty rank starts the recorded step (step 1) LATE_S after its peer, whose first
+    collective of that step is then in flight until it arrives."""
+    if (rank, step) == (FAULTY_RANK, 0):
+        time.sleep(LATE_S)
+
+
 def stall_every_rank(rank: int, step: int) -> None:
     """Every rank marks that it trains (a file under $HPO_TEST_RANK_MARKS), then stalls deaf to
     SIGINT and SIGTERM, as a rank stuck in C++ code (a collective, a kernel) runs no Python handler."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from hpo.knobs.systems import KNOBS
+from hpo.knobs.systems.parallel import PARALLEL_KNOBS
 
 __all__ = ["knobs_page"]
 
@@ -29,7 +30,25 @@ def knobs_page(note: str) -> str:
         lines.append(f"| `{name}` | {_values(knob)} | `{default}` | `{reference}` | {knob.applies_to} | {knob.help} |")
     lines.append("")
     for name, knob in KNOBS.items():
-        doc = (sys.modules[type(knob).__module__].__doc__ or "").strip()
         observed = ", ".join(f"`{field}`" for field in knob.observed_fields) or "the loader's record (`loader_observed`)"
-        lines += [f"## `systems.{name}`", "", doc, "", f"Recorded as observed in: {observed}.", ""]
+        lines += [f"## `systems.{name}`", "", _doc(knob), "", f"Recorded as observed in: {observed}.", ""]
+    lines += [
+        "## `systems.parallel`: the knobs of a trial of several ranks",
+        "",
+        "Searched under `systems.parallel` beside `processes`; each acts on one strategy. Each rank records its",
+        "effect in `parallel_observed`, and an effect that contradicts the request ends the trial `mismatch`.",
+        "",
+        "| knob | values | default | strategy | what it changes |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, knob in PARALLEL_KNOBS.items():
+        default = knob.cli_text(knob.default)
+        lines.append(f"| `{name}` | {_values(knob)} | `{default}` | {knob.strategy or 'chooses it'} | {knob.help} |")
+    lines.append("")
+    for name, knob in PARALLEL_KNOBS.items():
+        lines += [f"### `systems.parallel.{name}`", "", _doc(knob), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _doc(knob) -> str:
+    return (sys.modules[type(knob).__module__].__doc__ or "").strip()

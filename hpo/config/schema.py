@@ -3,12 +3,13 @@ boundary, with the user's key names."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from hpo.config.trial import ParallelSettings
 from hpo.knobs.systems import KNOBS, LOADER_KNOBS, TRIAL_KNOBS
+from hpo.knobs.systems.parallel import PARALLEL_KNOBS
 
 SamplerName = Literal["tpe", "random", "nsga2", "cmaes", "gp"]
 PrunerName = Literal["none", "median", "hyperband", "successive_halving"]
@@ -117,25 +118,35 @@ class _Searched(_Strict):
         return value
 
 
+def _searched(one: Any) -> Any:
+    return list[one] | one  # type: ignore[valid-type]
+
+
 _PARALLEL = ParallelSettings()
 
 
-class ParallelSpec(_Searched):
-    """`systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group
-    (`hpo.parallel`). strategy and its knobs are a scalar (fixed) or a list (searched)."""
+class _RanksSettings(_Searched):
+    """`systems.parallel`'s keys that say how the ranks run; its knobs are added from their modules below."""
 
     processes: int = Field(default=_PARALLEL.processes, ge=1, le=1024)
-    strategy: list[Literal["ddp", "fsdp"]] | Literal["ddp", "fsdp"] = _PARALLEL.strategy
     backend: Literal["auto", "gloo", "nccl"] = _PARALLEL.backend
-    bucket_cap_mb: list[Annotated[float, Field(gt=0)]] | Annotated[float, Field(gt=0)] = _PARALLEL.bucket_cap_mb
-    gradient_as_bucket_view: list[bool] | bool = _PARALLEL.gradient_as_bucket_view
-    reshard_after_forward: list[bool] | bool = _PARALLEL.reshard_after_forward
     collective_timeout_s: float = Field(default=_PARALLEL.collective_timeout_s, gt=0)
     port: int | None = Field(default=_PARALLEL.port, ge=1, le=65535)
 
     def choices(self) -> dict[str, list]:
         """Every key as its list of values (one when fixed)."""
-        return {name: _as_list(getattr(self, name)) for name in ParallelSpec.model_fields}
+        return {name: _as_list(getattr(self, name)) for name in type(self).model_fields}
+
+
+# `systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group
+# (`hpo.parallel`); its knobs (hpo.knobs.systems.parallel) are a scalar (fixed) or a list (searched).
+ParallelSpec = create_model(
+    "ParallelSpec",
+    __base__=_RanksSettings,
+    __doc__="`systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group.",
+    __module__=__name__,
+    **{name: (_searched(k.value_schema()), Field(default=k.default, description=k.help)) for name, k in PARALLEL_KNOBS.items()},
+)
 
 
 class _SystemsSettings(_Searched):
@@ -162,10 +173,6 @@ class _SystemsSettings(_Searched):
     def loader_choices(self) -> dict[str, list]:
         """The input-pipeline settings, each as its list of values (one when fixed)."""
         return {name: _as_list(getattr(self, name)) for name in LOADER_KNOBS}
-
-
-def _searched(one: Any) -> Any:
-    return list[one] | one  # type: ignore[valid-type]
 
 
 # Each knob is a scalar (fixed) or a non-empty list (searched), declared by its module (hpo.knobs.systems).

@@ -11,6 +11,7 @@ from hpo import CONFIG_FORMAT, __version__
 from hpo.config import lr_scaling
 from hpo.config.params import TRAINING_RULES, AutoBatch
 from hpo.knobs.systems import LOADER_KNOBS, TRIAL_KNOBS
+from hpo.knobs.systems.parallel import PARALLEL_KNOBS
 
 __all__ = [
     "TRAINING_KEYS",
@@ -59,25 +60,29 @@ LoaderSettings = _settings(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class ParallelSettings:
-    """A trial run as `processes` ranks of one torch.distributed group (`systems.parallel`,
-    `hpo.parallel`). `strategy` and the three knobs below it are searched like the other knobs;
-    each knob applies to one strategy (the other's is recorded but has no effect)."""
-
-    processes: int = 1
-    strategy: str = "ddp"  # "ddp": DistributedDataParallel; "fsdp": FSDP2's fully_shard
-    backend: str = "auto"  # "auto": NCCL on CUDA, gloo on a CPU
-    bucket_cap_mb: float = 25.0  # DDP: the size of a gradient all-reduce bucket (torch's default)
-    gradient_as_bucket_view: bool = False  # DDP: gradients are views into the all-reduce buckets
-    reshard_after_forward: bool = True  # FSDP2: free the gathered parameters after forward
-    # Seconds any one collective may wait for its peers before the group raises: a rank that hangs
-    # ends the trial `timeout: ...` instead of holding the others forever.
-    collective_timeout_s: float = 300.0
-    port: int | None = None  # the rendezvous store's port; None: one the OS picks free
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+ParallelSettings = dataclasses.make_dataclass(
+    "ParallelSettings",
+    [
+        ("processes", int, field(default=1)),
+        # "auto": NCCL on CUDA, gloo on a CPU
+        ("backend", str, field(default="auto")),
+        # Seconds any one collective may wait for its peers before the group raises: a rank that hangs
+        # ends the trial `timeout: ...` instead of holding the others forever.
+        ("collective_timeout_s", float, field(default=300.0)),
+        # The rendezvous store's port; None: one the OS picks free.
+        ("port", int | None, field(default=None)),
+        *((k.name, k.value_type, field(default=k.default)) for k in PARALLEL_KNOBS.values()),
+    ],
+    frozen=True,
+    kw_only=True,
+    namespace={
+        "__doc__": "A trial run as `processes` ranks of one torch.distributed group (`systems.parallel`, "
+        "`hpo.parallel`); its knobs, one module each in `hpo.knobs.systems.parallel`, are searched like the "
+        "other knobs, and each applies to one strategy (the other's is recorded but has no effect).",
+        "__module__": __name__,
+        "as_dict": _as_dict,
+    },
+)
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,28 @@ Torch is never imported at module level here or in a knob module: `hpo validate`
 from __future__ import annotations
 
 import contextlib
+import importlib
+import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple
 
-__all__ = ["AppliesTo", "HfPart", "Knob", "LightningPart", "LoaderKnob", "LoopPart", "Mismatch", "Needs", "Seen", "by_name"]
+__all__ = [
+    "AppliesTo",
+    "HfPart",
+    "Knob",
+    "LightningPart",
+    "LoaderKnob",
+    "LoopPart",
+    "Mismatch",
+    "Needs",
+    "ParallelKnob",
+    "Seen",
+    "by_name",
+    "knobs_in",
+]
 
-AppliesTo = Literal["model", "optimizer", "process", "loader"]
+AppliesTo = Literal["model", "optimizer", "process", "loader", "ranks"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +56,20 @@ class Needs:
 def by_name(*specs: Any) -> dict[str, Any]:
     """A knob's value specs, keyed by their `name`, in the order given."""
     return {spec.name: spec for spec in specs}
+
+
+def knobs_in(package: str, path: Any) -> dict[str, Any]:
+    """The knobs declared by a package's modules (each exposes `KNOB`), by `position`: found, not
+    listed. A module's name is its knob's."""
+    knobs = []
+    for module in pkgutil.iter_modules(path):
+        declared = getattr(importlib.import_module(f"{package}.{module.name}"), "KNOB", None)
+        if declared is None:
+            continue
+        if declared.name != module.name:
+            raise ImportError(f"knob module {module.name}.py declares {declared.name}: a knob's module is named after it")
+        knobs.append(declared)
+    return {k.name: k for k in sorted(knobs, key=lambda k: k.position)}
 
 
 class Mismatch(NamedTuple):
@@ -224,3 +253,16 @@ class LoaderKnob(Knob):
     def lightning(self, w: Any) -> LightningPart:
         value = w.knobs[self.name]
         return LightningPart(loader={self.name: value} if value != self.default else {})
+
+
+class ParallelKnob(Knob):
+    """A knob of a trial that runs as several ranks (`systems.parallel.<name>`), applied when the
+    ranks wrap the model (`hpo.parallel.wrap`). Each rank observes its effect (`hpo.parallel.observe`);
+    `contradiction` says, in words, how that contradicts the request."""
+
+    applies_to = "ranks"
+    strategy: ClassVar[str | None] = None  # the one strategy it acts on; None: it chooses the strategy
+
+    def contradiction(self, requested: Any, seen: dict[str, Any]) -> str | None:
+        """Why `seen`, the effect one rank observed, contradicts `requested`; None when it agrees."""
+        return None

@@ -24,6 +24,7 @@ from hpo.config.resolve import fixed_config
 from hpo.config.space import parse_space
 from hpo.config.trial import ParallelSettings, TrialConfig
 from hpo.parallel.agreement import agree_on_config
+from hpo.parallel.effects import contradiction
 from hpo.parallel.faults import RankExits, classify, describe_error, disagreement
 from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
@@ -42,11 +43,13 @@ class RanksOutcome:
     last_steps: dict[int, int] = field(default_factory=dict)  # the last step each rank reported
 
     def record(self) -> dict[str, Any]:
-        """What the trial records about its ranks: rank 0's view plus every rank's peak memory."""
+        """What the trial records about its ranks: rank 0's view plus every rank's peak memory and
+        collective share."""
         if not self.ranks:
             return {}
         first = self.ranks[0]
         peaks = [r["peak_memory_mb"] for r in self.ranks]
+        shares = [r["collective_share"] for r in self.ranks]
         keys = (
             "global_batch",
             "batch_per_rank",
@@ -56,7 +59,12 @@ class RanksOutcome:
             "param_dtypes_seen",
             "reduce_dtypes_seen",
         )
-        return {**{k: first[k] for k in keys}, "peak_memory_mb_per_rank": peaks, "peak_memory_mb_max": max(peaks)}
+        return {
+            **{k: first[k] for k in keys},
+            "peak_memory_mb_per_rank": peaks,
+            "peak_memory_mb_max": max(peaks),
+            "collective_share_per_rank": shares,
+        }
 
 
 def run_ranks(
@@ -114,7 +122,8 @@ def _run(
     if seen.exits or seen.errors or seen.deadline_s is not None:
         return RanksOutcome(classify(seen), last_steps=seen.progress)
     results = [json.loads(store.get(f"result/{r}")) for r in range(settings.processes)]
-    return RanksOutcome(disagreement(results) or Verdict.make(Kind.OK), results, seen.progress)
+    verdict = disagreement(results) or contradiction(results, settings) or Verdict.make(Kind.OK)
+    return RanksOutcome(verdict, results, seen.progress)
 
 
 def _rank_main(

@@ -4,7 +4,6 @@ process (world 1) it is the reference a parallel trial's losses are compared wit
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ import torch.distributed as dist
 from hpo.config.trial import ParallelSettings, TrialConfig
 from hpo.engine import AssembledModel, run_step
 from hpo.parallel.group import rank_device
-from hpo.parallel.wire import CollectiveRecorder
+from hpo.parallel.step_evidence import RecordedStep, recorded_step
 from hpo.parallel.wrap import check_supported, knobs_on_rank, wrap_assembled
 from hpo.workloads.base import Batch
 from hpo.workloads.catalog import create_workload
@@ -48,21 +47,33 @@ def train_on_rank(config: TrialConfig, rank: int = 0, world: int = 1, after_step
     global_batch = config.training.batch_size
     per_rank = batch_per_rank(global_batch, world)
     batches = assembled.workload.train_batches(global_batch, config.seed)
-    losses, recorder, step_s = [], CollectiveRecorder(), []
+    losses, step_s = [], []
     evidence_step = min(1, config.training.max_steps - 1)  # step 0 builds DDP's buckets
     for step in range(config.training.max_steps):
         started = time.perf_counter()
         batch = assembled.move(shard(next(batches), rank, per_rank))
         rows_seen = assembled.workload.samples_in(batch)
-        with recorder if step == evidence_step else contextlib.nullcontext():
+        if step == evidence_step:
+            loss, recorded = _recorded_step(assembled, settings.strategy if world > 1 else None, batch, step)
+            losses.append(loss)
+        else:
             losses.append(run_step(assembled, batch, step))
         if step > evidence_step:  # steady: after the step that built buckets and the recorded one
             step_s.append(time.perf_counter() - started)
         if after_step is not None:
             after_step(rank, step)
-    result = _result(assembled, settings, world, _global_losses(losses, world), step_s, recorder)
+    result = _result(assembled, settings, world, _global_losses(losses, world), step_s, recorded)
     # Every rank evaluates (FSDP2 gathers its parameters for it); their metrics are the same.
     return {**result, "batch_per_rank_seen": rows_seen, "metrics": assembled.evaluate(), "n_params": assembled.n_params}
+
+
+def _recorded_step(assembled: AssembledModel, strategy: str | None, batch: Batch, step: int) -> tuple[torch.Tensor, RecordedStep]:
+    """A step with its evidence recorded; the gradients are looked at between backward and update."""
+    with recorded_step(assembled, strategy, buckets_built=step > 0) as recorded:
+        loss = run_step(assembled, batch, step, update=False)
+        recorded.saw_gradients(assembled.model)
+        assembled.optimizer_step()
+    return loss, recorded
 
 
 def _assembled(config: TrialConfig, settings: ParallelSettings, device: torch.device, world: int) -> AssembledModel:
@@ -91,10 +102,10 @@ def _result(
     world: int,
     losses: list[float],
     step_s: list[float],
-    recorder: CollectiveRecorder,
+    recorded: RecordedStep,
 ) -> dict:
     global_batch = assembled.training.batch_size
-    wire = recorder.summary()
+    wire = recorded.wire
     return {
         "losses": losses,
         "global_batch": global_batch,
@@ -103,6 +114,8 @@ def _result(
         "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
         "peak_memory_mb": assembled.memory.peak_mb,
         "wire": wire,
+        "collective_share": recorded.collective_share,
+        "parallel_observed": recorded.observed,
         **_dtypes_seen(assembled, settings, wire),
     }
 

@@ -39,16 +39,20 @@ def _tensors(args) -> list[torch.Tensor]:
 
 class CollectiveRecorder(TorchDispatchMode):
     """Counts each collective's calls, and the dtypes and element counts of the tensors it moved
-    (the largest tensor of a call: a reduce-scatter's input, an all-gather's output)."""
+    (the largest tensor of a call: a reduce-scatter's input, an all-gather's output), and the
+    storages its tensors live in (where DDP's buckets are: `gradient_as_bucket_view`'s evidence)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        self.storages: dict[str, set[int]] = defaultdict(set)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kind = COLLECTIVE_OPS.get(func.overloadpacket.__name__) if func.namespace == "c10d" else None
         if kind is not None:
-            largest = max(_tensors(args), key=lambda t: t.numel(), default=None)
+            tensors = _tensors(args)
+            self.storages[kind] |= {t.untyped_storage().data_ptr() for t in tensors}
+            largest = max(tensors, key=lambda t: t.numel(), default=None)
             if largest is not None:
                 self.calls[kind].append((str(largest.dtype).removeprefix("torch."), largest.numel()))
         return func(*args, **(kwargs or {}))

@@ -9,6 +9,7 @@ __all__ = [
     "cached_verdict",
     "ended",
     "execute",
+    "execute_ranks",
     "fitted_peaks",
     "workload_metric",
 ]
@@ -22,6 +23,7 @@ __getattr__, __dir__ = lazy_exports(
         "cached_verdict": "_outcome",
         "ended": "_outcome",
         "execute": "_executor",
+        "execute_ranks": "_ranks",
         "fitted_peaks": "_memory_limit",
         "workload_metric": "_speed_record",
     },

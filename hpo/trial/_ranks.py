@@ -14,6 +14,7 @@ from hpo.parallel import run_ranks
 from hpo.parallel.group import rank_device
 from hpo.records import RecordKey
 from hpo.trial._outcome import TrialOutcome, ended
+from hpo.trial._ranks_speed import ranks_speed_attrs
 from hpo.trial._speed_record import objective_values
 from hpo.trial._trainer import TrainResult
 from hpo.verdicts import Kind, Verdict
@@ -44,18 +45,28 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
     check_ranks_can_run(config)
     outcome = run_ranks(config, deadline_s=deadline_s)
     attrs[RecordKey.PARALLEL] = {**outcome.record(), "last_steps": outcome.last_steps}
+    if outcome.ranks:  # recorded also when an effect contradicts the request: the evidence of it
+        attrs[RecordKey.PARALLEL_OBSERVED] = outcome.ranks[0]["parallel_observed"]
+        attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
     if not outcome.verdict.ok:
         return ended(outcome.verdict, attrs)
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
     attrs |= {
         RecordKey.METRICS: result.metrics,
         RecordKey.TRAIN_SAMPLES_PER_S: _known(result.train_samples_per_s),
+        RecordKey.STEADY_SAMPLES_PER_S: _known(result.train_samples_per_s),
+        **ranks_speed_attrs(config, _known(result.train_samples_per_s)),
         RecordKey.STEP_TIME_MS: _known(result.step_time_ms),
         RecordKey.PEAK_MEM_MB: result.peak_mem_mb,
         RecordKey.N_PARAMS: result.n_params,
         RecordKey.STEPS_RUN: result.steps,
     }
     return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
+
+
+def _largest(shares) -> float | None:
+    known = [share for share in shares if share is not None]
+    return max(known) if known else None
 
 
 def _known(value: float) -> float | None:

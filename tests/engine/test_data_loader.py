@@ -13,6 +13,7 @@ from hpo.config.space import parse_space
 from hpo.config.trial import Knobs, LoaderSettings
 from hpo.engine._loader import trial_loader
 from hpo.engine._loader_stream import batch_checksum
+from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.trial import execute
 from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
@@ -204,7 +205,7 @@ def test_searched_loader_settings_are_suggested_exported_and_leave_old_studies_u
     assert trial.params == {"num_workers": config.loader.num_workers} and config.loader.pin_memory
     assert fixed_config(parse_space(config.to_dict(), "export")).loader == config.loader
     old = parse_space({"workload": {"name": "loader_workloads:DatasetToy"}}, "old")
-    assert set(old.fingerprint()["systems"]) == {"precision", "attention", "optimizer", "grad_checkpointing", "compile"}
+    assert set(old.fingerprint()["systems"]) == set(TRIAL_KNOBS)
     assert "num_workers" not in old.raw.get("systems", {}) and "pin_memory" not in fixed_config(old).to_dict()["systems"]
 
 

@@ -23,6 +23,8 @@ def test_ddp_two_ranks_train_as_one_process_at_the_same_global_batch():
     assert len(record["peak_memory_mb_per_rank"]) == 2
     assert record["peak_memory_mb_max"] == max(record["peak_memory_mb_per_rank"]) > 0
     assert record["samples_per_s"] > 0
+    # Every gradient lives in the storage an all-reduce ran on: a view into its bucket.
+    assert outcome.ranks[0]["parallel_observed"]["gradient_as_bucket_view"] == {"gradients": 29, "gradients_in_buckets": 29}
 
 
 def test_ddp_bucket_cap_is_seen_as_more_smaller_all_reduces():
@@ -37,6 +39,9 @@ def test_ddp_bucket_cap_is_seen_as_more_smaller_all_reduces():
     # DDP under bf16 autocast: fp32 parameters, gradients reduced in fp32.
     assert outcome.record()["param_dtypes_seen"] == ["float32"]
     assert outcome.record()["reduce_dtypes_seen"] == ["float32"]
+    observed = outcome.ranks[0]["parallel_observed"]
+    assert observed["bucket_cap_mb"]["all_reduce_calls"] == all_reduce["calls"]
+    assert observed["gradient_as_bucket_view"]["gradients_in_buckets"] == 0  # copied out of the buckets
 
 
 def test_fsdp_two_ranks_train_as_one_process_at_the_same_global_batch():
@@ -46,6 +51,7 @@ def test_fsdp_two_ranks_train_as_one_process_at_the_same_global_batch():
     # Two blocks and the root, each gathered once per step: none re-gathered for backward.
     assert outcome.record()["wire"]["all_gather"]["calls"] == 3
     assert outcome.record()["wire"]["reduce_scatter"]["calls"] == 3
+    assert outcome.ranks[0]["parallel_observed"]["reshard_after_forward"] == {"blocks": 2, "blocks_gathered_after_forward": 2}
 
 
 def test_fsdp_bf16_policy_gathers_bf16_parameters_and_reduces_fp32_gradients():

@@ -8,30 +8,17 @@ exporters, the command line's lists) reads `KNOBS`. How to add one: CONTRIBUTING
 from __future__ import annotations
 
 import contextlib
-import importlib
-import pkgutil
 from collections.abc import Iterator
 from typing import Any
 
-from hpo.knobs.knob import Knob, LoaderKnob
+from hpo.knobs.knob import Knob, LoaderKnob, knobs_in
 
 __all__ = ["KNOBS", "LOADER_KNOBS", "TRIAL_KNOBS", "applied_to_process", "knob", "read_in_step"]
 
 
-def _found() -> dict[str, Knob]:
-    knobs = []
-    for module in pkgutil.iter_modules(__path__):
-        declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "KNOB", None)
-        if declared is None:
-            continue
-        if declared.name != module.name:
-            raise ImportError(f"knob module {module.name}.py declares systems.{declared.name}: a knob's module is named after it")
-        knobs.append(declared)
-    return {k.name: k for k in sorted(knobs, key=lambda k: k.position)}
-
-
-# Every knob, in the order configs, records and tables list them.
-KNOBS: dict[str, Knob] = _found()
+# Every knob, in the order configs, records and tables list them (the ranks' knobs, under
+# `systems.parallel`, are `hpo.knobs.systems.parallel`'s).
+KNOBS: dict[str, Knob] = knobs_in(__name__, __path__)
 # The knobs a trial's `Knobs` holds (model, optimizer, process): what the probe compares with its reference.
 TRIAL_KNOBS: dict[str, Knob] = {name: k for name, k in KNOBS.items() if not isinstance(k, LoaderKnob)}
 # The input-pipeline settings (`LoaderSettings`): what the loader check proves.
