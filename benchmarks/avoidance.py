@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 import optuna
 
 from hpo.config.schema import SamplerSpec
-from hpo.storage.optuna_compat import record_feasibility
-from hpo.study.avoid import AvoidKnownFailures
-from hpo.study.samplers import SAMPLERS
+from hpo.storage import record_feasibility
+from hpo.study import SAMPLERS, AvoidKnownFailures
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["AvoidanceRun", "run_avoidance"]

@@ -16,7 +16,7 @@ import torch
 
 from hpo.config.trial import TrialConfig
 from hpo.errors import UserInputError
-from hpo.hardware.runtime import seed_everything
+from hpo.hardware import seed_everything
 from hpo.workloads.base import Workload
 
 __all__ = ["ADAMW_FLAGS", "AUTOCAST_DTYPES", "SDPA_KERNELS", "check_supported", "train_bare"]

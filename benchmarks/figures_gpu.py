@@ -87,7 +87,7 @@ def _first_run_knobs() -> list[Figure]:
         places[f"h200_1.knobs.overhead.{name}.probe_s"] = (line + r"([\d.]+) s of a", "{:.2f}")
         places[f"h200_1.knobs.overhead.{name}.trial_s"] = (line + r"[\d.]+ s of a ([\d.]+) s trial", "{:.2f}")
         places[f"h200_1.knobs.overhead.{name}.percent"] = (line + r"[\d.]+ s of a [\d.]+ s trial = ([\d.]+)%", "{:.0f}%")
-    syncs = {"h200_1.syncs": (r"re:(?m)^\s+(\d+) hpo/engine/assembly.py", "{:.0f}")}
+    syncs = {"h200_1.syncs": (r"re:(?m)^\s+(\d+) hpo/engine/_?assembly\.py", "{:.0f}")}
     return from_file(H200_1 + "knobs.txt", FIRST, places) + from_file(H200_1 + "sync-debug-summary.txt", FIRST, syncs)
 
 

@@ -21,13 +21,13 @@ import torch
 from benchmarks.host import cpu_info
 from benchmarks.saved_memory import saved_activations, tensor_bytes
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.errors import UserInputError
+from hpo.hardware import resolve_device, seed_everything
 from hpo.hardware.probes import bf16_supported, device_model
-from hpo.hardware.runtime import resolve_device, seed_everything
-from hpo.runtime.forkserver_warmup import preload_lazy_imports
-from hpo.trial.executor import TrialOutcome, execute
-from hpo.verify.cache import MemoryVerdicts, verdict_key
+from hpo.runtime import preload_lazy_imports
+from hpo.trial import TrialOutcome, execute
+from hpo.verify.stored import MemoryVerdicts, verdict_key
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["BASELINE", "CONFIGS", "KnobsBench", "run_knobs", "selected"]

@@ -1,7 +1,7 @@
 """Throughput (`train_samples_per_s`: samples trained over training time, waits for batches included;
 the median step's `steady_samples_per_s` beside it) and data_wait_share of png_images per loader setting: hpo's searched settings and
 the fixed guesses the projects hpo grew from used (issue 40). Each setting is one trial through
-`hpo.trial.executor.execute` (probe, loader check, training), its record read back.
+`hpo.trial.execute` (probe, loader check, training), its record read back.
 
 On CUDA each searched setting runs with pin_memory false and true, side by side (pinned batches
 are copied non-blocking), so a cut at the time cap still keeps whole pairs."""
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs, LoaderSettings
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 __all__ = ["FIXED_GUESSES", "SEARCHED", "run_loader_bench", "settings_for"]
 

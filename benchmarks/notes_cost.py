@@ -17,8 +17,8 @@ import optuna
 
 from benchmarks.scale import FIXED_KNOBS, run_workers
 from benchmarks.scale_db import percentile
-from hpo.reporting.notes import DashboardNotes, study_note_due
-from hpo.storage.open import open_storage
+from hpo.reporting import DashboardNotes, study_note_due
+from hpo.storage import open_storage
 
 __all__ = ["SEARCHED_KNOBS", "replay_notes", "run_notes_cost"]
 

@@ -2,7 +2,7 @@
 at two bucket sizes and FSDP2 with and without resharding after forward, on a causal LM whose
 step is compute-bound (issue 49, section 8).
 
-Each row is one trial through hpo's own path (`hpo.trial.ranks.execute_ranks`: the launcher, the
+Each row is one trial through hpo's own path (`hpo.trial._ranks.execute_ranks`: the launcher, the
 ranks over gloo, the record), its record read back: `parallel.samples_per_s` (the global batch
 over the median steady step), `collective_share`, `mfu`, the wire. Every rank computes on one
 thread, so 2 ranks have twice the compute of 1 and the ideal speed-up is 2x. The rows run in
@@ -22,7 +22,7 @@ from hpo.config.resolve import fixed_config
 from hpo.config.space import parse_space
 from hpo.config.trial import TrialConfig
 from hpo.records import RecordKey
-from hpo.trial.ranks import execute_ranks
+from hpo.trial import execute_ranks
 
 __all__ = ["ROWS", "row_config", "run_parallel_bench"]
 

@@ -2,7 +2,7 @@
 probe's bound (docs/failures.md, "Probe bounds").
 
 For each model of the zoo and each sample count, the reference's plain fp32 step, the same step
-with every value rounded to bf16's or fp16's mantissa (`hpo.verify.compared_step.rounding_floor`),
+with every value rounded to bf16's or fp16's mantissa (`hpo.verify.probing.rounding_floor`),
 and the real autocast step of the trial precision (eager attention, for-loop AdamW), all from the
 same weights on the same samples; fp16's real step backs its loss scale off as the probe does.
 Writes benchmarks/results/rounding-floors-<host kind>.json and prints a markdown table.
@@ -21,11 +21,10 @@ import torch
 from benchmarks.results import result_path, run_meta
 from examples.zoo.models import ZOO
 from hpo.config.trial import Knobs, TrainingConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.runtime import seed_everything
-from hpo.verify.bounds import relative_errors
-from hpo.verify.compared_step import backed_off, loss_and_grads, rounding_floor
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.engine import AssembledModel
+from hpo.hardware import seed_everything
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.probing import backed_off, loss_and_grads, relative_errors, rounding_floor
 from hpo.workloads.catalog import create_workload
 
 PRECISIONS = ("bf16", "fp16")

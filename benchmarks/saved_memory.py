@@ -1,6 +1,6 @@
 """The peak bytes autograd keeps saved for backward, the figure gradient checkpointing exists to
 lower, on any device. The knobs benchmark reports it on CPU, where a noisy resident set hides it
-(a trial's own `peak_mem_mb` is `hpo.hardware.memory.MemoryMeter`'s)."""
+(a trial's own `peak_mem_mb` is `hpo.hardware.MemoryMeter`'s)."""
 
 from __future__ import annotations
 

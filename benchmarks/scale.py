@@ -2,7 +2,7 @@
 per-trial cost of running each trial in its own process. `scripts/bench-scale` calls these.
 
 1. Workers (`run_workers`). W processes each run hpo's own worker loop
-   (`hpo.runtime.workers.run_worker`, trials in-process) on one study created by hpo: recovery,
+   (`hpo.runtime.run_worker`, trials in-process) on one study created by hpo: recovery,
    tickets, heartbeats, hpo's sampler and hpo's objective, which trains a tiny causal LM for two
    steps and records every user attr a real trial records. Reports trials/s, the trial's duration
    from its own timestamps (sampling, probe, training and storage writes), and the database time
@@ -32,12 +32,9 @@ import yaml
 from benchmarks.results import child_env
 from benchmarks.scale_db import DbTimer, fresh_database, percentile, server_cpu_s
 from hpo.config.space import parse_space
-from hpo.runtime.budget import tickets_of
-from hpo.runtime.quiet import quiet_optuna
-from hpo.runtime.workers import run_worker
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of
-from hpo.study.create import create_or_resume
+from hpo.runtime import quiet_optuna, run_worker, tickets_of
+from hpo.storage import engine_of, open_storage
+from hpo.study import create_or_resume
 
 __all__ = ["run_isolation", "run_workers", "space"]
 

@@ -20,10 +20,8 @@ import sqlalchemy as sa
 from benchmarks.scale import create_study, space
 from benchmarks.scale_db import DbTimer, fresh_database
 from hpo.records import TrialRecord
-from hpo.runtime.budget import tickets_of
-from hpo.runtime.quiet import quiet_optuna
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of
+from hpo.runtime import quiet_optuna, tickets_of
+from hpo.storage import engine_of, open_storage
 
 __all__ = ["run_connections"]
 

@@ -16,7 +16,7 @@ import optuna
 import sqlalchemy as sa
 from optuna.storages._rdb import models
 
-from hpo.storage.optuna_compat import engine_of, storage_of, study_id_of
+from hpo.storage import engine_of, storage_of, study_id_of
 
 __all__ = ["DbTimer", "fresh_database", "insert_complete_trials", "percentile", "server_cpu_s"]
 

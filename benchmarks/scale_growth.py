@@ -21,11 +21,9 @@ from optuna.distributions import CategoricalDistribution
 from benchmarks.scale import create_study, space
 from benchmarks.scale_db import DbTimer, fresh_database, insert_complete_trials
 from hpo.config.space import parse_space
-from hpo.runtime.budget import BindOnStart, bind_ticket, tickets_of
-from hpo.runtime.guard import sampler_for_ticket
-from hpo.storage.optuna_compat import engine_of, storage_of
-from hpo.storage.tickets import BUDGET
-from hpo.study.suggest import suggest_config
+from hpo.runtime import BindOnStart, bind_ticket, sampler_for_ticket, tickets_of
+from hpo.storage import BUDGET, engine_of, storage_of
+from hpo.study import suggest_config
 
 __all__ = ["run_growth"]
 

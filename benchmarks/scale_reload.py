@@ -1,5 +1,5 @@
 """What a trial process does before it trains, as the study grows: before and after the worker
-asks the sampler for it (`hpo.runtime.handed`).
+asks the sampler for it (`hpo.runtime._handed`).
 
 Before, each trial process opened the study with an empty Optuna cache, claimed nothing but asked
 the sampler itself: Optuna read every trial of the study into that cache, then TPE ran. After, the
@@ -22,13 +22,9 @@ from benchmarks.scale import create_study, space
 from benchmarks.scale_db import DbTimer, fresh_database
 from benchmarks.scale_growth import KNOB_CHOICES, fill
 from hpo.config.space import parse_space
-from hpo.runtime.budget import BindOnStart, bind_ticket, tickets_of
-from hpo.runtime.guard import sampler_for_ticket
-from hpo.runtime.handed import ask_in_worker, open_handed
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of, storage_of
-from hpo.study.create import open_hpo_study
-from hpo.study.suggest import suggest_config
+from hpo.runtime import BindOnStart, ask_in_worker, bind_ticket, open_handed, sampler_for_ticket, tickets_of
+from hpo.storage import engine_of, open_storage, storage_of
+from hpo.study import open_hpo_study, suggest_config
 
 __all__ = ["run_reload"]
 

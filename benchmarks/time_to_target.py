@@ -17,8 +17,8 @@ from benchmarks.knobs import KnobsBench, knobs_of, trial_config
 from hpo.config.objectives import metric_direction
 from hpo.config.trial import Target
 from hpo.errors import UserInputError
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import metrics_of
 
 __all__ = ["TargetRun", "run_time_to_target", "target_table"]

@@ -10,7 +10,7 @@ with the most draws. Throughput is the samples drawn per second between the `war
 the last one: on a GPU each draw waits for the step before it only as much as the loop makes it
 wait, so a loop that syncs every step shows it.
 
-Memory follows `hpo.hardware.memory.MemoryMeter`'s semantics, per window: on CUDA the allocator's
+Memory follows `hpo.hardware.MemoryMeter`'s semantics, per window: on CUDA the allocator's
 peak (reset when a window opens, read when it closes), on CPU the resident set after each forward,
 when the activations are alive. The loss of each window's last training step is kept as a device
 tensor (no sync) and read at the end, so the two sides can be checked to have trained the same thing.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hpo.errors import UserInputError
-from hpo.hardware.memory import resident_bytes
+from hpo.hardware import resident_bytes
 from hpo.workloads.causal_lm import CausalLM
 
 __all__ = ["METER", "TIMED_WORKLOADS", "StepMeter", "TimedCausalLM", "Window", "timed_workload_name"]

@@ -23,11 +23,11 @@ import yaml
 from benchmarks.bare_loop import train_bare
 from benchmarks.vs_bare_meter import METER, timed_workload_name
 from hpo.config.resolve import load_config
+from hpo.hardware import resolve_device, trial_runtime
 from hpo.hardware.probes import device_model
-from hpo.hardware.runtime import resolve_device, trial_runtime
 from hpo.knobs.systems import applied_to_process
 from hpo.records import RecordKey
-from hpo.runtime.forkserver_warmup import preload_lazy_imports
+from hpo.runtime import preload_lazy_imports
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["ROW_MARK", "SIDES", "hpo_config_file", "measure"]

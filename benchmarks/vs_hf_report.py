@@ -24,7 +24,7 @@ ROWS = (
     ("eval_s", "of which evaluation, per trial (median)", ".2f s"),
     ("best_objective", "best validation loss", ".4f"),
 )
-# hpo's `phases_s` trial attr, in trial order (hpo.trial.phases); keys not listed are appended.
+# hpo's `phases_s` trial attr, in trial order (hpo.trial._phases); keys not listed are appended.
 PHASES = ("start", "sample", "data", "probe", "build", "train", "evidence", "eval", "flops", "storage")
 # The columns shown when no trial records `phases_s` (an hpo without it), left blank.
 PHASES_EXPECTED = ("start", "data", "build", "probe", "train", "eval", "storage")

@@ -149,7 +149,7 @@ def _arguments(task: SearchTask, work_dir: Path) -> TrainingArguments:
         per_device_train_batch_size=task.batch_size,
         per_device_eval_batch_size=task.spec.eval_batch_size,
         weight_decay=task.weight_decay,
-        # hpo: linear warmup, then a constant rate (hpo.engine.assembly), the same schedule.
+        # hpo: linear warmup, then a constant rate (hpo.engine._assembly), the same schedule.
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=task.spec.warmup_steps,
         optim="adamw_torch_fused",

@@ -104,7 +104,7 @@ def nvidia_apex_optimizers() -> ModuleType:
 
 def nvidia_dali() -> ModuleType:
     """NVIDIA DALI (`pip install 'hpo[dali]'`, nvidia-dali-cuda120, on a CUDA machine): the pipeline
-    behind `systems.loader: dali` (hpo.engine.dali_loader)."""
+    behind `systems.loader: dali` (hpo.engine._dali_loader)."""
     module = _import("nvidia.dali")
     if module is None:
         raise KnobUnavailable(

@@ -1,4 +1,4 @@
-"""Every private torch API hpo uses, in one place (as `hpo.storage.optuna_compat` is for Optuna's).
+"""Every private torch API hpo uses, in one place (as `hpo.storage._optuna_compat` is for Optuna's).
 
 torch promises nothing about names that start with an underscore: each one below says the torch
 versions it was read from (2.13.0, the version CI tests, and 2.14.1, the newest that CI runs a layer

@@ -16,7 +16,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 # from the cache is refused in one line instead. A test of the online path unsets it and fakes the Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# pytest-xdist workers share the cores, as `hpo run`'s CPU workers do (hpo/runtime/workers.py):
+# pytest-xdist workers share the cores, as `hpo run`'s CPU workers do (hpo/runtime/_workers.py):
 # each worker's torch otherwise starts a thread per core, and on CI's 2 workers x 2 threads on 2
 # cores OpenMP's spinning threads stretched a 4 ms step to 700 ms, which the timing tests read as
 # the knobs' speed. Children started by the tests inherit the setting through OMP_NUM_THREADS.
@@ -26,7 +26,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.env
     torch.set_num_threads(_threads)
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.storage import pools
+from hpo.storage import _pools as pools
 
 TOY = "toy_workloads:Toy"
 
@@ -72,7 +72,7 @@ def _never_the_users_machine_facts(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _own_machine_facts(tmp_path_factory):
-    """Each test its own empty store of this machine's facts (`hpo.verify.machine_facts`), never the
+    """Each test its own empty store of this machine's facts (`hpo.verify.stored._machine_facts`), never the
     user's: a fact one test proved would otherwise spare another test's probe. Made when written.
     Not through `monkeypatch`: an autouse fixture that requests it would set it up before a test
     module's own autouse fixtures, so its undo would come after their teardown, and a teardown
@@ -89,7 +89,7 @@ def _own_machine_facts(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _no_database_connection_left_held():
     """No test may end with a database connection still checked out in this process: the thread
-    that holds one holds the process's turn (`hpo.storage.pools`), and every other thread of every
+    that holds one holds the process's turn (`hpo.storage._pools`), and every other thread of every
     later test in this pytest process then waits `WAIT_S` for it. On CI an in-process worker's
     heartbeat thread waited so twice (60 s each) behind a turn an earlier test left held, and its
     heartbeats failed. A thread the test started may still be returning one: it gets a moment."""
@@ -100,7 +100,7 @@ def _no_database_connection_left_held():
     held = pools.connections_held_by_this_process()
     if held:
         pools._TURN.forget_in_forked_child()  # later tests start from an empty turn, not behind this one
-        pytest.fail(f"the test left {held} database connection(s) checked out in this process (hpo.storage.pools)")
+        pytest.fail(f"the test left {held} database connection(s) checked out in this process (hpo.storage._pools)")
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
 
 - `loss_in_probe`: the loss raises in the probe's compared step (call 0, the reference's), a workload bug;
 - `loss_in_training`: the loss raises in training, a workload bug: only when the training loop
-  (`hpo.trial.trainer`) computes it. The probe's steps run in train mode like training's, and its
+  (`hpo.trial._trainer`) computes it. The probe's steps run in train mode like training's, and its
   reference timing runs eager fp32 at the full batch, as a study's eager trial trains: neither the
   mode, the batch nor the model tells them apart, only the caller;
 - `data`: the training batches raise at batch `at_batch` (0: in the probe's own fetch);
@@ -40,7 +40,7 @@ class FaultyOptions(ToyOptions):
     sticky_attention: str = "sdpa"
 
 
-TRAINING_LOOP = "hpo.trial.trainer"
+TRAINING_LOOP = "hpo.trial._trainer"
 STICKY = "CUDA error: an illegal memory access was encountered"
 _poisoned = False  # this process's device, after a sticky error
 

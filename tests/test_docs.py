@@ -46,7 +46,7 @@ def test_nothing_in_the_readme_or_docs_points_outside_the_repository():
         assert "../shared" not in text and "/work/" not in text, path
 
 
-# A repository path as the docs write one: `hpo/verify/blame.py`, tests/x.py::test_y, docs/cli.md.
+# A repository path as the docs write one: `hpo/verify/fault/_differential.py`, tests/x.py::test_y, docs/cli.md.
 _REPO_PATH = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)+[\w.-]+\.(?:md|py|ya?ml))(?![\w/])")
 _MARKDOWN_NAME = re.compile(r"(?<![\w/.:-])([\w.-]+\.md)(?![\w/])")
 _LINK = re.compile(r"\]\(([^)#\s]+)")

@@ -11,7 +11,7 @@ import torch
 
 import hpo.logging as hpo_logging
 from hpo.app.cli import main
-from hpo.verify.compared import ComparedReference, ReferenceFiles
+from hpo.verify.probing._kept_reference import ComparedReference, ReferenceFiles
 
 SPACE = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
 
@@ -48,7 +48,7 @@ def test_an_embedding_application_routes_hpo_logs_to_its_own_handler(tmp_path, c
     logging.getLogger("hpo").addHandler(handler)
     _unkept_reference(tmp_path)
     assert capsys.readouterr().err == ""  # not printed
-    assert [(r.name, r.levelno) for r in seen] == [("hpo.verify.compared", logging.WARNING)]
+    assert [(r.name, r.levelno) for r in seen] == [("hpo.verify.probing._kept_reference", logging.WARNING)]
 
 
 @pytest.mark.parametrize(("flag", "level"), [([], logging.INFO), (["-q"], logging.ERROR), (["-v"], logging.DEBUG)])

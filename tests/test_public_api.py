@@ -30,6 +30,12 @@ PACKAGES = (
     "study",
     "trial",
     "verify",
+    "verify.fault",
+    "verify.machine",
+    "verify.peaks",
+    "verify.probing",
+    "verify.stored",
+    "verify.timing",
     "workloads",
 )
 
@@ -46,7 +52,8 @@ def assigned_names(module) -> set[str]:
 def defining_module(package: str, public: str, value: object) -> str:
     """The module whose own code defines `value`: a class or function says so itself; a constant is
     looked for among the package's imported submodules that assign it."""
-    if inspect.isclass(value) or inspect.isfunction(value):
+    # A cached function (`functools.cache`) is a wrapper: its function says where it is defined.
+    if inspect.isclass(value) or inspect.isfunction(inspect.unwrap(value)):
         return value.__module__
     assigning = [
         name for name, module in list(sys.modules.items()) if name.startswith(f"{package}.") and public in assigned_names(module)
@@ -82,6 +89,6 @@ def test_importing_the_packages_imports_no_torch():
 
 def test_a_public_name_is_the_submodules_own():
     from hpo.verify import run_probe
-    from hpo.verify.probe import run_probe as defined
+    from hpo.verify.probing._probe import run_probe as defined
 
     assert run_probe is defined

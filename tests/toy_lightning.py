@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from hpo.verify.probe import PROBE_SAMPLES
+from hpo.verify.probing._probe import PROBE_SAMPLES
 from hpo.workloads.lightning import LightningWorkload
 from toy_workloads import ToyModel, ToyOptions
 

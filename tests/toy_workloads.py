@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpo.knobs.attention_kernels import attention_function
-from hpo.verify.probe import PROBE_SAMPLES
+from hpo.verify.probing._probe import PROBE_SAMPLES
 from hpo.workloads.base import Batch, MoveFn, Workload, WorkloadOptions
 
 

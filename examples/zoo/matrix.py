@@ -1,5 +1,5 @@
 """Each zoo model against each knob value, one value at a time, through hpo's pre-trial probe
-(`hpo.verify.probe.run_probe`, as `hpo probe` runs it): the value's verdict on that model against
+(`hpo.verify.probing._probe.run_probe`, as `hpo probe` runs it): the value's verdict on that model against
 the fp32/eager/for-loop reference, with the probe's errors and what the probe cost.
 
     for row in probe_model(ZOO["llama"], knob_values(), torch.device("cpu")):
@@ -17,14 +17,12 @@ import torch
 
 from examples.zoo.models import ZooModel
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.hardware.runtime import trial_runtime
+from hpo.hardware import trial_runtime
 from hpo.knobs.systems import TRIAL_KNOBS
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.compared import ReferenceMemory
-from hpo.verify.not_runnable import CHECKED_KNOBS
-from hpo.verify.probe import run_probe
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.runnable import value_capability
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.machine import CHECKED_KNOBS, value_capability
+from hpo.verify.probing import ReferenceMemory, run_probe
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 __all__ = [
@@ -52,7 +50,7 @@ class ProbeRow:
     loss_rel_err: float | None
     grad_rel_err: float | None
     # What rounding alone gives on this model under the value's precision, and the bounds the
-    # errors were judged against (`hpo.verify.bounds`); None where no numbers were compared.
+    # errors were judged against (`hpo.verify.probing._bounds`); None where no numbers were compared.
     loss_floor: float | None
     grad_floor: float | None
     loss_bound: float | None

@@ -3,7 +3,7 @@ as fp32's, and that batch's loss before and after: a precision that trains the m
 loss about as much as fp32 does. One batch, fitted: how far a few steps get depends on the
 optimisation the precision changes, not on how well a model generalises after them.
 
-The steps run through hpo's own assembled model (`hpo.engine.assembly.AssembledModel`: autocast,
+The steps run through hpo's own assembled model (`hpo.engine.AssembledModel`: autocast,
 fp16's GradScaler, clipping), the path a trial trains with; the loss is measured in fp32,
 so every precision is measured with the same ruler.
 """
@@ -17,9 +17,9 @@ import torch
 
 from examples.zoo.matrix import trial_config
 from examples.zoo.models import ZooModel
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.runtime import seed_everything
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.engine import AssembledModel
+from hpo.hardware import seed_everything
+from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["STEPS", "LossDrop", "loss_drop"]

@@ -14,8 +14,8 @@ from hpo.config.objectives import metric_direction
 from hpo.errors import UserInputError
 from hpo.files import write_atomic
 from hpo.records import RecordKey
-from hpo.reporting.ranking import best_trials, top_trials
-from hpo.storage.open import load_study_or_none, open_storage
+from hpo.reporting import best_trials, top_trials
+from hpo.storage import load_study_or_none, open_storage
 from hpo.workloads.catalog import metrics_of
 
 

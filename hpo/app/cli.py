@@ -16,7 +16,7 @@ from hpo.app.study_commands import cmd_enqueue, cmd_probe, cmd_run, cmd_validate
 from hpo.errors import ExitCode, UserInputError
 from hpo.logging import mask_library_logs, set_verbosity
 from hpo.masking import mask_secrets
-from hpo.runtime.interrupts import Stopped
+from hpo.runtime import Stopped
 
 COMMANDS = {
     "validate": cmd_validate,

@@ -7,7 +7,7 @@ from pathlib import Path
 from hpo.app.output import dumps, trial_json
 from hpo.errors import UserInputError
 from hpo.masking import mask_secrets
-from hpo.storage.urls import default_storage
+from hpo.storage import default_storage
 
 
 def storage_url(args, study_name: str) -> str:

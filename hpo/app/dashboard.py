@@ -19,8 +19,7 @@ from hpo import deps
 from hpo.errors import UserInputError
 from hpo.logging import get_logger
 from hpo.masking import mask_secrets
-from hpo.storage.open import load_study_or_none, open_storage
-from hpo.storage.optuna_compat import study_id_of
+from hpo.storage import load_study_or_none, open_storage, study_id_of
 
 _log = get_logger(__name__)
 

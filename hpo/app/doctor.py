@@ -1,5 +1,5 @@
 """`hpo doctor`: the capability table, one row per knob value in `hpo.knobs.registry`, each checked
-by `hpo.verify.runnable.check_values`, the same check that keeps a worker from proposing a value
+by `hpo.verify.machine._kernel_check.check_values`, the same check that keeps a worker from proposing a value
 that cannot run on its machine: a "no" here is a value no worker here proposes, and a value refused
 only with some precisions says "no with precision=fp32: ..." for each."""
 
@@ -13,13 +13,10 @@ import torch
 from hpo import __version__
 from hpo.config.schema import DEVICE_PATTERN
 from hpo.errors import UserInputError
-from hpo.hardware import probes
-from hpo.hardware.peaks import peak_for
-from hpo.hardware.runtime import resolve_device
+from hpo.hardware import peak_for, probes, resolve_device
 from hpo.knobs.registry import PRECISION_SPECS
-from hpo.study.samplers import PRUNERS, sampler_requirements
-from hpo.verify.not_runnable import CHECKED_KNOBS, MachineCheck
-from hpo.verify.runnable import check_values, registry_values
+from hpo.study import PRUNERS, sampler_requirements
+from hpo.verify.machine import CHECKED_KNOBS, MachineCheck, check_values, registry_values
 
 
 def capability_report(device: torch.device) -> dict:
@@ -45,9 +42,9 @@ def capability_report(device: torch.device) -> dict:
 
 
 def machine_facts() -> dict:
-    """What this machine keeps from earlier probes (`hpo.verify.machine_facts`): one row per stored
+    """What this machine keeps from earlier probes (`hpo.verify.stored._machine_facts`): one row per stored
     combination of a model, batch and software, with its verdict and step times."""
-    from hpo.verify.machine_facts import MachineFacts
+    from hpo.verify.stored import MachineFacts
 
     store = MachineFacts()
     rows = []
@@ -141,6 +138,6 @@ def format_report(report: dict) -> str:
 def verdict_rows(study) -> list[dict]:
     """The study's cached verdicts, one knob row (`hpo.app.output`) per knob set probed on some device."""
     from hpo.app.output import knob_row_json
-    from hpo.verify.cache import StudyVerdicts
+    from hpo.verify.stored import StudyVerdicts
 
     return [knob_row_json({**record, "cached": True}) for _, record in sorted(StudyVerdicts(study).all().items())]

@@ -1,7 +1,7 @@
 """The knob verification matrix on this machine's accelerator (or CPU), through hpo's executor.
 
 Every precision x attention x optimizer x checkpointing x compile combination of each workload runs
-as a short trial through `hpo.trial.executor.execute`, the path a study's trial takes: the
+as a short trial through `hpo.trial._executor.execute`, the path a study's trial takes: the
 pre-trial probe gives the verdict, the loss/gradient error against fp32/eager and the probe's timed
 steps (throughput relative to the fp32/eager/for-loop reference); a combination the probe passes
 then trains `steps` steps, which gives its trained throughput and peak memory.
@@ -29,13 +29,13 @@ import torch
 
 from hpo import torch_compat
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
+from hpo.hardware import resolve_device
 from hpo.hardware.probes import device_model
-from hpo.hardware.runtime import resolve_device
 from hpo.knobs.systems import TRIAL_KNOBS
 from hpo.logging import get_logger
 from hpo.records import RecordKey
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts, speed_key
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts, speed_key
 
 __all__ = [
     "WORKLOAD_OPTIONS",

@@ -16,8 +16,7 @@ from optuna.trial import FrozenTrial
 from hpo.errors import UserInputError
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.records import RecordKey
-from hpo.reporting.observed import observed_knob
-from hpo.reporting.ranking import trained_trials
+from hpo.reporting import observed_knob, trained_trials
 
 __all__ = ["fastest_within", "front_table", "trained_trials"]
 

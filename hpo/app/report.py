@@ -20,9 +20,7 @@ from hpo.files import write_atomic
 from hpo.knobs.registry import KNOB_NAMES
 from hpo.masking import mask_secrets
 from hpo.records import RecordKey
-from hpo.reporting.knob_effects import cells, header, knob_effects
-from hpo.reporting.observed import observed_knob
-from hpo.reporting.ranking import best_trials, trained_trials
+from hpo.reporting import best_trials, cells, header, knob_effects, observed_knob, trained_trials
 from hpo.verdicts import Verdict
 
 __all__ = ["write_report"]

@@ -7,13 +7,13 @@ from pathlib import Path
 from hpo.app.command_io import metric_names, output_file, show, show_trials, storage_url
 from hpo.app.output import written_json
 from hpo.errors import ExitCode, UserInputError
-from hpo.storage.urls import default_storage
+from hpo.storage import default_storage
 
 
 def cmd_best(args) -> int:
     from hpo.app.best_and_export import open_study
     from hpo.app.pick import fastest_within
-    from hpo.reporting.ranking import best_trials
+    from hpo.reporting import best_trials
 
     study = open_study(args.study, storage_url(args, args.study))
     trials = [fastest_within(study, args.within)] if args.within is not None else best_trials(study)

@@ -8,10 +8,9 @@ from pathlib import Path
 from hpo.config.resolve import load_config
 from hpo.config.trial import TrialConfig
 from hpo.errors import TrialError
-from hpo.runtime.forkserver_warmup import preload_lazy_imports
-from hpo.trial.executor import TrialOutcome, execute
-from hpo.trial.outcome import ended
-from hpo.verify.cache import MemoryVerdicts
+from hpo.runtime import preload_lazy_imports
+from hpo.trial import TrialOutcome, ended, execute
+from hpo.verify.stored import MemoryVerdicts
 
 __all__ = ["retrain"]
 

@@ -52,7 +52,7 @@ def cmd_run(args) -> int:
     if args.workers == 0:  # workers elsewhere (a cluster job) run it
         print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
         return ExitCode.OK
-    from hpo.reporting.ranking import best_trials
+    from hpo.reporting import best_trials
 
     try:
         best = best_trials(study)
@@ -68,14 +68,13 @@ def cmd_worker(args) -> int:
     import sqlalchemy.exc
 
     from hpo.app.best_and_export import open_study
-    from hpo.runtime.runners import TrialsCannotStart
-    from hpo.runtime.workers import run_worker
+    from hpo.runtime import TrialsCannotStart, run_worker
     from hpo.strategy import ready_to_run
 
     if not args.storage:
         raise UserInputError("--storage is required (or set HPO_STORAGE): the study's shared database URL")
     study = open_study(args.study, args.storage)
-    from hpo.study.create import space_of
+    from hpo.study import space_of
 
     space, who = space_of(study), f"hpo worker: study {args.study!r}"
     try:
@@ -114,15 +113,14 @@ def cmd_probe(args) -> int:
     from hpo.config.space import load_space
     from hpo.strategy import combinations, sweep, table
     from hpo.verdicts import Verdict
-    from hpo.verify.cache import MemoryVerdicts, StudyVerdicts
-    from hpo.verify.machine_facts import MachineFacts
+    from hpo.verify.stored import MachineFacts, MemoryVerdicts, StudyVerdicts
     from hpo.workloads.catalog import fetch_checkpoints
 
     space = load_space(args.space)
     fetch_checkpoints(space)
     store = MemoryVerdicts()
     if args.study or args.storage:
-        from hpo.study.create import create_or_resume
+        from hpo.study import create_or_resume
 
         name = args.study or space.study.name
         store = StudyVerdicts(create_or_resume(space, storage_url(args, name), name))
@@ -146,7 +144,7 @@ def cmd_enqueue(args) -> int:
         return enqueue_from_study(args, storage_url(args, args.from_study), storage_url(args, args.study))
     if args.config is None or args.study is None:
         raise UserInputError("hpo enqueue takes --study NAME CONFIG.yaml, or --study B --from-study A [--top K]")
-    from hpo.study.enqueue import enqueue_file
+    from hpo.study import enqueue_file
 
     params = enqueue_file(args.config, args.study, storage_url(args, args.study))
     show(

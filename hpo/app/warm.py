@@ -1,5 +1,5 @@
 """`hpo enqueue --study B --from-study A [--space B.yaml] [--top K]`: warm-start study B with the
-best configurations of study A (see hpo.study.warm_start for how they map onto B's space)."""
+best configurations of study A (see hpo.study._warm_start for how they map onto B's space)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
     """`hpo enqueue --study B --from-study A`: A's best configurations become B's first trials."""
     from hpo.app.best_and_export import open_study
     from hpo.config.space import load_space
-    from hpo.storage.open import open_storage
-    from hpo.study.create import create_or_resume, open_hpo_study, space_of
-    from hpo.study.warm_start import warm_start
+    from hpo.storage import open_storage
+    from hpo.study import create_or_resume, open_hpo_study, space_of, warm_start
 
     if args.top < 1:
         raise UserInputError(f"--top must be >= 1, got {args.top}")

@@ -64,7 +64,7 @@ class Fixed:
 @dataclass(frozen=True)
 class AutoBatch:
     """`batch_size: auto`: each trial trains at the largest batch, up to `max` and a multiple of
-    `multiple_of`, that its knobs fit in the memory limit (`hpo.trial.memory_budget`). Not a
+    `multiple_of`, that its knobs fit in the memory limit (`hpo.trial._memory_limit`). Not a
     sampler's param: the trial records the batch it ran."""
 
     max: int = 1024

@@ -1,5 +1,5 @@
 """A validated search space plus one value per searched key -> the frozen TrialConfig the executor
-sees. `hpo.study.suggest` supplies a trial's values; `hpo train` needs a file with every value fixed."""
+sees. `hpo.study._suggest` supplies a trial's values; `hpo train` needs a file with every value fixed."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def first_parallel(space: SearchSpace) -> ParallelSettings | None:
 def _middle(spec: ParamSpec):
     if isinstance(spec, Fixed):
         return spec.value
-    if isinstance(spec, AutoBatch):  # chosen by the trial (`hpo.trial.memory_budget`)
+    if isinstance(spec, AutoBatch):  # chosen by the trial (`hpo.trial._memory_limit`)
         return spec
     if isinstance(spec, Choices):
         return spec.choices[0]

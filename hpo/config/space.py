@@ -171,7 +171,7 @@ def _check_workload_options(
 
 
 # Objectives read from the steady training steps: those after the first (profiled) step, and after
-# the second when compiling (the first compiles): `hpo.trial.trainer.evidence_step_index`.
+# the second when compiling (the first compiles): `hpo.trial._trainer.evidence_step_index`.
 STEADY_STEP_OBJECTIVES = ("step_time_ms", "mfu")
 # Read from every training step but the profiled one (train_s): the compiling step trains and counts.
 TRAINED_STEP_OBJECTIVES = ("train_samples_per_s",)

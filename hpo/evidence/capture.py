@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from torch.profiler import ProfilerActivity, profile
 
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.evidence.dispatch import MatmulDtypeRecorder
 from hpo.evidence.observe import StepEvidence
 from hpo.torch_compat import COMPILE_PROFILER_RANGES

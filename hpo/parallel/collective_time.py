@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from hpo.evidence.capture import stderr_silenced
-from hpo.hardware.runtime import synchronize
+from hpo.hardware import synchronize
 
 __all__ = ["CollectiveTime", "in_flight_share", "is_collective", "timed_collectives"]
 

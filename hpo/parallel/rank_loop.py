@@ -12,8 +12,7 @@ import torch
 import torch.distributed as dist
 
 from hpo.config.trial import ParallelSettings, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import run_step
+from hpo.engine import AssembledModel, run_step
 from hpo.parallel.group import rank_device
 from hpo.parallel.step_evidence import RecordedStep, recorded_step
 from hpo.parallel.wrap import check_supported, knobs_on_rank, wrap_assembled

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.distributed.tensor import DTensor
 
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.parallel.collective_time import timed_collectives
 from hpo.parallel.observe import blocks_gathered, bucket_sizes, grads_in_buckets, holds_gathered_parameters
 from hpo.parallel.wire import CollectiveRecorder

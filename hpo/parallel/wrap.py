@@ -11,7 +11,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from hpo.config.trial import Knobs, ParallelSettings
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.errors import TrialRejected
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.verdicts import Kind, Verdict

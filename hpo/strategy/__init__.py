@@ -6,7 +6,7 @@ with hpo's probe, verdicts and records, for a study the user drives (`hpo.run_st
 can run and makes (or reads) the decision of `study.strategy: probe_first`: its opening sweep
 (`sweep`, the sweep of `hpo probe`), the race that times again the combinations that could be kept
 (`raced_times`), their ranking (`rank_precision`) and the decision the study stores (`make_decision`,
-`decide`; read back by `hpo.reporting.sweep_decision`).
+`decide`; read back by `hpo.reporting._sweep_decision`).
 """
 
 from hpo.exports import lazy_exports

@@ -11,16 +11,19 @@ from hpo.logging import get_logger
 from hpo.strategy._memory_fit import memory_fit
 from hpo.strategy._rows import SweepRow
 from hpo.strategy._warm_models import WarmModels
-from hpo.trial.outcome import cached_verdict
-from hpo.verify.cache import VerdictStore, speed_key, verdict_key
-from hpo.verify.compared import ReferenceMemory
-from hpo.verify.implied import implied_failure
-from hpo.verify.known_failures import is_sticky_device_error
-from hpo.verify.machine_facts import MachineFacts, batch_signature, model_signature
-from hpo.verify.probe import keep_probe, run_probe
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.slow_proof import time_knobs
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes, TimingPolicy
+from hpo.trial import cached_verdict
+from hpo.verify.fault import REFERENCE_KNOBS, is_sticky_device_error
+from hpo.verify.probing import ReferenceMemory, keep_probe, run_probe
+from hpo.verify.stored import (
+    MachineFacts,
+    VerdictStore,
+    batch_signature,
+    implied_failure,
+    model_signature,
+    speed_key,
+    verdict_key,
+)
+from hpo.verify.timing import DEFAULT_POLICY, StepTimes, TimingPolicy, time_knobs
 
 __all__ = ["SignedMachine", "error_row", "knobs_text", "probe_combination"]
 
@@ -54,7 +57,7 @@ def probe_combination(
         return SweepRow(config.knobs.as_dict(), str(implied), None, None, None, None, None, cached=True)
     if not cached:
         try:
-            # `hpo probe --fresh` proves an emulated precision again too (`hpo.verify.emulated`).
+            # `hpo probe --fresh` proves an emulated precision again too (`hpo.verify.timing._emulated`).
             machine = signed.machine if signed is not None else None
             probe = run_probe(
                 workload,

@@ -1,4 +1,4 @@
-"""probe_first's decision, as the study stores it (`hpo.reporting.sweep_decision.KEPT_ATTR`, whose
+"""probe_first's decision, as the study stores it (`hpo.reporting.KEPT_ATTR`, whose
 note shows it): from the sweep's rows, each precision's verified combinations raced
 (`hpo.strategy._race`), ranked (`hpo.strategy._ranking`), and the `keep_fastest` first of each kept.
 """
@@ -12,7 +12,7 @@ from hpo.strategy._race import POLICY, raced_times
 from hpo.strategy._ranking import TIE_MARGIN, Timing, kept_of, rank_precision, rejected_lines
 from hpo.strategy._rows import SweepRow, table
 from hpo.strategy._warm_models import WarmModels, knobs_key
-from hpo.verify.machine_facts import MachineFacts
+from hpo.verify.stored import MachineFacts
 
 __all__ = ["make_decision"]
 

@@ -1,7 +1,7 @@
 """What memory allows each combination `hpo probe` verified, when a limit applies (`study.memory_limit_gb`,
 or CUDA's default): its predicted peak at the study's batch and the largest batch that fits.
 
-The peak model is the one a trial fits (`hpo.trial.memory_budget.fitted_peaks`), on a model built
+The peak model is the one a trial fits (`hpo.trial.fitted_peaks`), on a model built
 for it after the probe; it is kept in the verdict store, so the study's trials of the combination,
 and a later `hpo probe`, read it instead of fitting it again. Without a limit nothing runs.
 """
@@ -15,13 +15,11 @@ import torch
 from hpo.config.params import AutoBatch, Choices, Fixed, IntRange
 from hpo.config.space import SearchSpace
 from hpo.config.trial import TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory_cap import is_out_of_memory
-from hpo.hardware.memory_model import limit_bytes
-from hpo.hardware.runtime import seed_everything
+from hpo.engine import AssembledModel
+from hpo.hardware import is_out_of_memory, limit_bytes, seed_everything
 from hpo.logging import get_logger
-from hpo.trial.memory_budget import auto_batch_fitting, fitted_peaks
-from hpo.verify.cache import VerdictStore
+from hpo.trial import auto_batch_fitting, fitted_peaks
+from hpo.verify.stored import VerdictStore
 from hpo.workloads.base import Workload
 
 __all__ = ["MemoryFit", "batch_ceiling", "memory_fit"]

@@ -47,11 +47,9 @@ class Objective:
 
     def __init__(self, space: SearchSpace | Mapping[str, Any] | str | Path):
         """`space`: a search-space file's path, a dict with the file's sections, or a parsed space."""
-        from hpo.runtime.guard import GuardedObjective
-        from hpo.runtime.reference_folders import keeps_references
-        from hpo.runtime.runners import worker_name
-        from hpo.study.objective import Objective as TrialObjective  # imports torch
-        from hpo.verify.compared import ReferenceMemory
+        from hpo.runtime import GuardedObjective, keeps_references, worker_name
+        from hpo.study import Objective as TrialObjective  # imports torch
+        from hpo.verify.probing import ReferenceMemory
 
         self.space = as_space(space)
         # Every trial runs in this process: the probes' reference steps stay in its memory.
@@ -77,7 +75,7 @@ class Objective:
         return self._trial(trial)
 
     def _before_first_trial(self, study: optuna.Study) -> None:
-        from hpo.storage.optuna_compat import storage_of
+        from hpo.storage import storage_of
 
         key = (id(storage_of(study)), study.study_name)
         if key in self._ready:

@@ -22,15 +22,14 @@ from collections.abc import Callable
 import optuna
 
 from hpo.config.space import SearchSpace
-from hpo.reporting.sweep_decision import KEPT_ATTR, decision_note
-from hpo.storage.optuna_compat import add_study_user_attr
+from hpo.reporting import KEPT_ATTR, decision_note
+from hpo.storage import add_study_user_attr
 from hpo.strategy._decision import make_decision
 from hpo.strategy._errors import NothingVerified
 from hpo.strategy._sweep import sweep
 from hpo.strategy._warm_models import WarmModels
-from hpo.verify.cache import StudyVerdicts
-from hpo.verify.machine_facts import MachineFacts
-from hpo.verify.steady import ONE_STEP
+from hpo.verify.stored import MachineFacts, StudyVerdicts
+from hpo.verify.timing import ONE_STEP
 
 __all__ = ["FAILED_ATTR", "LOCK_ATTR", "decide"]
 
@@ -98,7 +97,7 @@ def _sweep_and_store(study: optuna.Study, space: SearchSpace, attempt: int, say)
         add_study_user_attr(study, f"{FAILED_ATTR}{attempt}", {"error": f"{type(exc).__name__}: {exc}"[:500]})
         raise
     # The study note shows the decision once this worker's first trial ends
-    # (`hpo.runtime.workers`): importing optuna_dashboard here took 3 s of a 15 s sweep.
+    # (`hpo.runtime._workers`): importing optuna_dashboard here took 3 s of a 15 s sweep.
     study.set_user_attr(KEPT_ATTR, decided)
     say(decision_note(decided))
     return decided

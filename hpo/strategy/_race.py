@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.runtime import resolve_device, seed_everything, trial_runtime
+from hpo.engine import AssembledModel
+from hpo.hardware import resolve_device, seed_everything, trial_runtime
 from hpo.strategy._ranking import TIE_MARGIN, Timing, outpaced, rank_precision
 from hpo.strategy._warm_models import WarmModels, knobs_key
-from hpo.verify.steady import DEFAULT_POLICY, ONE_STEP, time_model
+from hpo.verify.timing import DEFAULT_POLICY, ONE_STEP, time_model
 from hpo.workloads.catalog import create_workload
 
 __all__ = ["POLICY", "Race", "raced_times"]

@@ -5,7 +5,7 @@ noise of each other are a tie, and a tie goes to the combination closest to the 
 (fp32/eager/for-loop, no checkpointing, no compile). The race (`hpo.strategy._race`) drops a
 candidate once it provably cannot be among the `keep_fastest` (`outpaced`); the `keep_fastest` first
 of each precision are kept (`kept_of`), and the sampler then searches the hyperparameters and, among
-the kept, the precision and which of them (`hpo.study.suggest.suggest_kept`).
+the kept, the precision and which of them (`hpo.study._suggest.suggest_kept`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.timing import DEFAULT_POLICY, StepTimes
 
 __all__ = [
     "NOISE_FLOOR",
@@ -51,7 +51,7 @@ class Timing:
     def spread(self) -> float:
         """How far apart this machine measured the same thing: the relative range of the fastest
         `DEFAULT_POLICY.window` repeats (noise only adds time: a slower repeat is the noise, not the
-        spread of the speed), as a steady timing's (`hpo.verify.steady.StepTimes.spread`)."""
+        spread of the speed), as a steady timing's (`hpo.verify.timing._steady.StepTimes.spread`)."""
         return StepTimes(self.times_ms, 0, DEFAULT_POLICY.window).spread
 
     @property

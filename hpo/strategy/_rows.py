@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from hpo.knobs.systems import TRIAL_KNOBS
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes, TimingPolicy
+from hpo.verify.timing import DEFAULT_POLICY, StepTimes, TimingPolicy
 
 __all__ = ["SweepRow", "steady", "table"]
 
@@ -25,14 +25,14 @@ class SweepRow:
     slowdown_at_least: bool = False  # the step was stopped past the slow limit: a lower bound
     loss_bound: float | None = None  # the bounds the errors were judged against, measured on this model
     grad_bound: float | None = None
-    # This machine's facts (`hpo.verify.machine_facts`): the entry's key, whether the row was read
+    # This machine's facts (`hpo.verify.stored._machine_facts`): the entry's key, whether the row was read
     # from it instead of probed, and the step times it was last raced on (probe_first's re-timing).
     machine_key: str | None = None
     from_machine: bool = False
     known_ms: list[float] | None = None
     fact_at: float | None = None  # when the machine fact it was read from was stored (epoch seconds)
     timed_now: bool = False  # read from the facts, its speed timed again before it ranked (`hpo probe`)
-    # The timed steps its speed is the fastest of (after the untimed ones; `hpo.verify.steady`).
+    # The timed steps its speed is the fastest of (after the untimed ones; `hpo.verify.timing._steady`).
     steps_ms: list[float] | None = None
     # With a memory limit (`hpo.strategy._memory_fit`): the peak predicted at the study's batch, and
     # the largest batch that fits; None without one.

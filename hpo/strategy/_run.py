@@ -15,7 +15,7 @@ from hpo.config.space import SearchSpace, load_space, parse_space
 from hpo.errors import UserInputError
 from hpo.logging import get_logger
 from hpo.masking import mask_secrets
-from hpo.storage.urls import default_storage
+from hpo.storage import default_storage
 from hpo.strategy._errors import WorkersFailed
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def run_study(
     name = study_name or space.study.name
     url = storage or default_storage(name)
     if workers != 0:
-        from hpo.runtime.forkserver import start_early
+        from hpo.runtime import start_early
         from hpo.workloads.catalog import fetch_checkpoints
 
         fetch_checkpoints(space)  # before the forkserver's warm-up loads the model
@@ -85,8 +85,7 @@ def run_study(
     study = _create(space, url, name, n_trials, say)  # Optuna's imports overlap the forkserver's start
     if workers == 0:
         return study
-    from hpo.runtime.placement import default_workers, gpus_per_trial
-    from hpo.runtime.workers import run_workers
+    from hpo.runtime import default_workers, gpus_per_trial, run_workers
 
     per_trial = gpus_per_trial(space)
     here = (workers or default_workers(per_trial)) == 1  # the one worker is this process
@@ -106,8 +105,7 @@ def run_study(
 
 def _create(space: SearchSpace, url: str, name: str, n_trials: int | None, say: Callable[[str], None]) -> optuna.Study:
     """The study created or resumed, once its sampler's packages are known to be installed."""
-    from hpo.study.create import create_or_resume
-    from hpo.study.samplers import SAMPLER_NOTES, sampler_requirements
+    from hpo.study import SAMPLER_NOTES, create_or_resume, sampler_requirements
 
     needs = {r.name: r for r in sampler_requirements()}[space.study.sampler.name]
     if not needs.usable:  # checked before anything is stored: every trial would fail otherwise
@@ -124,11 +122,11 @@ def ready_to_run(
     study: optuna.Study, space: SearchSpace, *, in_child: bool, url: str | None, say: Callable[[str], None] | None = None
 ) -> None:
     """Before a worker's first trial: raise `NothingRunsHere` when no knob combination can run on
-    this machine (`hpo.runtime.machine_check`), then make or read probe_first's decision
+    this machine (`hpo.runtime._machine_check`), then make or read probe_first's decision
     (`decide`; `NothingVerified` when it verified none). `hpo run` and `hpo worker` both call it."""
-    from hpo.runtime.machine_check import NothingRunsHere, check_machine
+    from hpo.runtime import NothingRunsHere, check_machine
     from hpo.strategy._probe_first import decide
-    from hpo.verify.not_runnable import nothing_left
+    from hpo.verify.machine import nothing_left
     from hpo.workloads.catalog import fetch_checkpoints
 
     fetch_checkpoints(space)  # a hub id the cache lacks, once, before this worker's first trial

@@ -21,19 +21,17 @@ from hpo.config.resolve import build_config, representative_values
 from hpo.config.space import SearchSpace
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import short_traceback
-from hpo.hardware.runtime import resolve_device, trial_runtime
+from hpo.hardware import resolve_device, trial_runtime
 from hpo.logging import get_logger
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import rdb_backend, storage_of
+from hpo.storage import open_storage, rdb_backend, storage_of
 from hpo.strategy._combination import SignedMachine, error_row, knobs_text, probe_combination
 from hpo.strategy._memory_fit import batch_ceiling
 from hpo.strategy._rows import SweepRow
 from hpo.strategy._warm_models import WarmModels
 from hpo.verdicts import Verdict
-from hpo.verify.cache import MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key
-from hpo.verify.compared import ReferenceMemory
-from hpo.verify.machine_facts import MachineFacts
-from hpo.verify.steady import DEFAULT_POLICY, TimingPolicy
+from hpo.verify.probing import ReferenceMemory
+from hpo.verify.stored import MachineFacts, MemoryVerdicts, StudyVerdicts, VerdictStore, reference_key
+from hpo.verify.timing import DEFAULT_POLICY, TimingPolicy
 from hpo.workloads.catalog import create_workload
 
 _log = get_logger(__name__)

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.knobs.registry import KNOB_DEFAULTS, KNOB_NAMES
 
 __all__ = ["SHARE", "WarmModels", "knobs_key", "state_bytes"]

@@ -2,12 +2,29 @@
 
 from hpo.exports import lazy_exports
 
-__all__ = ["TrialOutcome", "execute"]
+__all__ = [
+    "Phases",
+    "TrialOutcome",
+    "auto_batch_fitting",
+    "cached_verdict",
+    "ended",
+    "execute",
+    "execute_ranks",
+    "fitted_peaks",
+    "workload_metric",
+]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "TrialOutcome": "outcome",
-        "execute": "executor",
+        "Phases": "_phases",
+        "TrialOutcome": "_outcome",
+        "auto_batch_fitting": "_memory_limit",
+        "cached_verdict": "_outcome",
+        "ended": "_outcome",
+        "execute": "_executor",
+        "execute_ranks": "_ranks",
+        "fitted_peaks": "_memory_limit",
+        "workload_metric": "_speed_record",
     },
 )

@@ -1,6 +1,6 @@
 """Whether the knobs' steps are slower than `ratio` times the reference's beyond what a busy machine's
 noise explains: a rank test over every pair of a knobs step and a reference step of the side-by-side
-rounds (`hpo.verify.side_by_side`), the pair counted when the knobs step took over `ratio` times the
+rounds (`hpo.verify.timing._side_by_side`), the pair counted when the knobs step took over `ratio` times the
 reference step.
 
 Fastest against fastest, each side's after a few rounds, is no such proof: at a load of 40 on 2

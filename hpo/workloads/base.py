@@ -12,7 +12,7 @@ calls, in order:
 A workload gives its training data either as batches (`train_batches`) or as a torch `Dataset`
 (`train_dataset(seed)`, plus `collate` to turn samples into a batch): then hpo builds the
 DataLoader itself, with the searched `systems.num_workers`, `pin_memory`, `prefetch_factor` and
-`persistent_workers` (`hpo.engine.loader`), and `train_batches` is the same order without workers.
+`persistent_workers` (`hpo.engine._loader`), and `train_batches` is the same order without workers.
 Batches are dicts of CPU tensors; `move(batch)` puts one on the trial's device. `evaluate` returns
 every metric named in `metrics`. A model that uses attention calls
 `hpo.knobs.attention_kernels.attention_function(name)` (or maps the name onto a library's own switch), so
@@ -50,7 +50,7 @@ class Workload(ABC):
     trainer: ClassVar[str] = "hpo"
     # Whether `build_model` or `training_loss` read `self.hparams` (the learning rate...). A
     # workload that says no lets the probe reuse the reference's compared step across trials that
-    # differ only in those (`hpo.verify.compared`); the safe default is yes.
+    # differ only in those (`hpo.verify.probing._kept_reference`); the safe default is yes.
     model_reads_hparams: ClassVar[bool] = True
 
     def __init__(self, options: WorkloadOptions):

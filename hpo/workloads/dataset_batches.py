@@ -1,6 +1,6 @@
 """Batches from a workload's dataset (`Workload.train_dataset`), in an order that is a function of
 the seed alone: the one seeded DataLoader both the workload's own `train_batches` (no workers, the
-order the probe and the loader check compare with) and hpo's trial loader (`hpo.engine.loader`,
+order the probe and the loader check compare with) and hpo's trial loader (`hpo.engine._loader`,
 with the searched workers) build.
 
 The shuffle and the workers' base seed both come from one `torch.Generator` seeded with the trial's

@@ -14,7 +14,7 @@ from hf_fixtures import tiny_bert, topic_files
 
 from hpo.app import export_as as ex
 from hpo.errors import UserInputError
-from hpo.trial.lightning_loop import _closure_first
+from hpo.trial._lightning_loop import _closure_first
 from hpo.workloads.catalog import create_workload
 
 CASES = [

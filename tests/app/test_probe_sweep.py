@@ -16,7 +16,7 @@ import yaml
 from hpo.app.output import KNOB_ROW_KEYS
 from hpo.config.resolve import representative_values as sweep_values
 from hpo.config.space import parse_space
-from hpo.verify.cache import StudyVerdicts
+from hpo.verify.stored import StudyVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {

@@ -11,7 +11,7 @@ from optuna.trial import TrialState, create_trial
 from web import rendered_dom
 
 from hpo.app.report import write_report
-from hpo.reporting.knob_effects import knob_effects, markdown_table
+from hpo.reporting._knob_effects import knob_effects, markdown_table
 
 KNOBS = {"precision": "fp32", "attention": "eager", "optimizer": "forloop", "grad_checkpointing": False, "compile": False}
 

@@ -14,8 +14,8 @@ import torch
 from benchmarks import vs_hf_trainer
 from benchmarks.vs_hf_task import SearchTask
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 LR = 0.0029  # the top of the benchmark's range, where the sides looked furthest apart
 

@@ -7,7 +7,7 @@ from conftest import toy_config
 
 from benchmarks.saved_memory import saved_activations
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.workloads.catalog import create_workload
 
 

@@ -71,8 +71,8 @@ def _require(server: str) -> None:
 def _existing_study(path: Path, space_file: Path) -> None:
     """A study made by `hpo run` with one finished trial, built directly to save a trial's time."""
     from hpo.config.space import load_space
-    from hpo.storage.optuna_compat import engine_of, storage_of
-    from hpo.study.create import create_or_resume
+    from hpo.storage import engine_of, storage_of
+    from hpo.study import create_or_resume
 
     study = create_or_resume(load_space(space_file), f"sqlite:///{path}")
     study.add_trial(

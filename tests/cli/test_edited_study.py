@@ -15,10 +15,8 @@ import pytest
 from key_paths import edited
 from space_files import write_space
 
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of, storage_of
-from hpo.storage.tickets import TicketBudget
-from hpo.study.create import open_hpo_study
+from hpo.storage import TicketBudget, engine_of, open_storage, storage_of
+from hpo.study import open_hpo_study
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {

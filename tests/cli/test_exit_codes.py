@@ -74,7 +74,7 @@ def test_a_study_with_one_trained_trial_among_rejected_ones_exits_0(tmp_path):
 def test_a_sampler_whose_package_is_missing_is_refused_before_anything_is_stored(tmp_path):
     space = {"study": {"name": "nocma", "sampler": {"name": "cmaes"}}, "workload": {"name": "toy_workloads:Toy"}}
     write_space(tmp_path / "space.yaml", space)
-    fault = "import hpo.deps as d; d.is_installed = lambda m: m != 'cmaes'; import hpo.study.samplers as s; "
+    fault = "import hpo.deps as d; d.is_installed = lambda m: m != 'cmaes'; import hpo.study._samplers as s; "
     run = _with_fault(tmp_path, fault + "s.is_installed = d.is_installed", ["run", "space.yaml"])
     assert run.returncode == ExitCode.BAD_INPUT == 2, run.stderr
     assert "study.sampler.name: cmaes needs cmaes: pip install cmaes" in run.stderr

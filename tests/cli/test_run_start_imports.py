@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The forkserver's start is replaced by a probe of what this process has imported, then an exit.
 SCRIPT = """
 import json, sys
-import hpo.runtime.forkserver as forkserver
+import hpo.runtime._forkserver as forkserver
 
 def probe(*args, **kwargs):
     print(json.dumps({"torch": "torch" in sys.modules}))

@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from hpo.config.space import parse_space
-from hpo.study.create import create_or_resume
-from hpo.study.suggest import suggest_config
+from hpo.study import create_or_resume, suggest_config
 
 ROOT = Path(__file__).resolve().parents[2]
 POISONED = ("torch", "transformers")

@@ -32,7 +32,7 @@ def _start(*args: str, cwd: Path) -> subprocess.Popen:
 
 def _study(tmp: Path) -> str:
     from hpo.config.space import parse_space
-    from hpo.study.create import create_or_resume
+    from hpo.study import create_or_resume
 
     url = f"sqlite:///{tmp / 'typed.db'}"
     study = create_or_resume(parse_space({**TOY, "systems": {**TOY["systems"], "precision": "fp32"}}, "t"), url)

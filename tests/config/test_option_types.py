@@ -20,7 +20,7 @@ from hpo.app.cli import main
 from hpo.config.params import Choices, parse_param
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.study.suggest import suggest_config
+from hpo.study import suggest_config
 from hpo.workloads.base import WorkloadOptions, build_options
 from hpo.workloads.catalog import BUILTIN_OPTIONS, parse_options
 

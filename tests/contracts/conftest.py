@@ -15,7 +15,7 @@ from contracts.fakes import flash_attn as fake_flash_attn
 from contracts.fakes import xformers_ops as fake_xformers_ops
 from hpo import deps
 from hpo.knobs import registry
-from hpo.runtime.machine_check import forget_checks
+from hpo.runtime._machine_check import forget_checks
 
 _MODULE_DUNDERS = {"__name__", "__spec__", "__loader__", "__package__", "__file__", "__cached__", "__builtins__"}
 

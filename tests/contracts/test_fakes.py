@@ -15,11 +15,11 @@ from hpo.evidence.capture import ops_seen
 from hpo.evidence.observe import StepEvidence, observed_knobs
 from hpo.knobs.adamw_builders import build_optimizer, clear_grads
 from hpo.knobs.attention_kernels import attention_function, eager_attention
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
-from hpo.verify.known_failures import match_known_failure
-from hpo.verify.probe import run_probe
-from hpo.verify.store import MemoryVerdicts
+from hpo.verify.fault import match_known_failure
+from hpo.verify.probing import run_probe
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

@@ -12,7 +12,7 @@ from contracts.upstream import EXPECTED_IMPLICATES, MESSAGES, STICKY_MESSAGES
 from hpo.config.trial import Knobs
 from hpo.errors import KnobUnavailable
 from hpo.verdicts import Kind
-from hpo.verify.known_failures import KNOWN_FAILURES, is_sticky_device_error, match_known_failure
+from hpo.verify.fault._known_failures import KNOWN_FAILURES, is_sticky_device_error, match_known_failure
 
 
 def _raise(name: str) -> BaseException:

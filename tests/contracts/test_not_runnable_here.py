@@ -11,9 +11,9 @@ import torch
 from contracts.fakes import xformers_unloaded
 from hpo.app import doctor
 from hpo.config.space import parse_space
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
-from hpo.verify.runnable import check_values
+from hpo.runtime import run_worker
+from hpo.study import create_or_resume
+from hpo.verify.machine import check_values
 
 CPU = torch.device("cpu")
 NO_OPERATOR = "No operator found for `memory_efficient_attention_forward`"

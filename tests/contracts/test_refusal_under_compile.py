@@ -20,9 +20,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from contracts.upstream import MESSAGES
 from hpo.config.trial import Knobs
-from hpo.errors import error_verdict
-from hpo.verify.known_failures import match_known_failure, real_cause
-from hpo.verify.probe import run_probe
+from hpo.errors import error_verdict, real_cause
+from hpo.verify.fault import match_known_failure
+from hpo.verify.probing import run_probe
 from hpo.workloads.catalog import create_workload
 
 

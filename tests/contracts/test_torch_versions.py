@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpo import torch_compat
-from hpo.runtime.forkserver_warmup import preload_lazy_imports
+from hpo.runtime import preload_lazy_imports
 
 
 def test_every_module_the_trial_processes_preload_imports_on_the_installed_torch():

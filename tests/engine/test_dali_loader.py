@@ -12,9 +12,9 @@ import torch
 
 from hpo import deps
 from hpo.config.trial import LoaderSettings
-from hpo.engine.dali_loader import dali_batches
-from hpo.engine.loader import check_settings
-from hpo.engine.loader_stream import BatchStream, batch_checksum
+from hpo.engine import check_settings
+from hpo.engine._dali_loader import dali_batches
+from hpo.engine._loader_stream import BatchStream, batch_checksum
 from hpo.errors import KnobUnavailable, TrialRejected
 from hpo.workloads.catalog import create_workload
 from hpo.workloads.dataset_batches import epochs, seeded_loader

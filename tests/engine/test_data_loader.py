@@ -11,11 +11,11 @@ import torch
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs, LoaderSettings
-from hpo.engine.loader import trial_loader
-from hpo.engine.loader_stream import batch_checksum
+from hpo.engine._loader import trial_loader
+from hpo.engine._loader_stream import batch_checksum
 from hpo.knobs.systems import TRIAL_KNOBS
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 from hpo.workloads.dataset_batches import epochs
 
@@ -146,7 +146,7 @@ def test_a_loader_that_hands_batches_over_out_of_order_is_a_loader_mismatch(in_o
     for it; handed over as they come, worker 1's batch arrives first, and its samples say so."""
     from loader_workloads import WorkerZeroLateToy
 
-    import hpo.engine.loader as loader
+    import hpo.engine._loader as loader
 
     real = loader.seeded_loader
     monkeypatch.setattr(WorkerZeroLateToy, "flags", str(tmp_path))
@@ -176,8 +176,7 @@ def test_workers_and_torch_threads_share_a_cpu_trials_cores():
 
 
 def test_dali_is_not_proposed_where_it_cannot_run_before_the_first_trial():
-    from hpo.verify.not_runnable import nothing_left
-    from hpo.verify.runnable import check_values
+    from hpo.verify.machine import check_values, nothing_left
 
     space = parse_space(
         {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"loader": ["torch", "dali"], "device": "cpu"}},
@@ -196,7 +195,7 @@ def test_searched_loader_settings_are_suggested_exported_and_leave_old_studies_u
     import optuna
 
     from hpo.config.resolve import fixed_config
-    from hpo.study.suggest import suggest_config
+    from hpo.study import suggest_config
 
     space = parse_space(
         {"workload": {"name": "loader_workloads:DatasetToy"}, "systems": {"num_workers": [0, 2], "pin_memory": True}}, "t"

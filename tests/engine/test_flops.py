@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpo.engine.flops import model_flops_per_sample
+from hpo.engine import model_flops_per_sample
 from hpo.workloads.catalog import create_workload
 
 
@@ -41,7 +41,7 @@ def test_count_leaves_the_rng_as_it_found_it():
 )
 def test_flops_per_sample_do_not_depend_on_the_batch_they_are_counted_on(name, options):
     """Trials count on FLOP_COUNT_SAMPLES samples, not their whole batch."""
-    from hpo.trial.speed_record import FLOP_COUNT_SAMPLES
+    from hpo.trial._speed_record import FLOP_COUNT_SAMPLES
 
     workload = create_workload(name, options)
     small = model_flops_per_sample(workload, next(workload.train_batches(FLOP_COUNT_SAMPLES, seed=0)))

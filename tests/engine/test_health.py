@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from hpo.engine.health import DeviceHealth
+from hpo.engine import DeviceHealth
 
 CPU = torch.device("cpu")
 

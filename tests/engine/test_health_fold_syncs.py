@@ -9,7 +9,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hpo.engine.health import DeviceHealth
+from hpo.engine import DeviceHealth
 
 
 class _HostReads(TorchDispatchMode):

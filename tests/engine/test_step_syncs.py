@@ -23,11 +23,10 @@ from conftest import toy_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import NonFiniteLoss, run_step
+from hpo.engine import AssembledModel, NonFiniteLoss, run_step
 from hpo.errors import TrialRejected
-from hpo.hardware import runtime
-from hpo.trial import trainer
+from hpo.hardware import _runtime as runtime
+from hpo.trial import _trainer as trainer
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -242,7 +241,7 @@ def test_the_lightning_callback_reads_the_device_only_at_check_boundaries(monkey
     """hpo's callback around Lightning's own loop: 12 steps, a check every 5, validation every 6.
     Steps 0 (profiled), 4, 5 (validation), 9 and 11 read the device; no other step does, whatever
     Lightning itself does around them."""
-    from hpo.trial import lightning_loop
+    from hpo.trial import _lightning_loop as lightning_loop
 
     config = _config(d_model=16, n_heads=2, seq_len=8, n_blocks=1)
     config = dataclasses.replace(config, workload="toy_lightning:ToyLightning")

@@ -16,9 +16,9 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.step_timer import CudaStepTimer, StepTimer, step_timer
-from hpo.trial import trainer
+from hpo.engine import AssembledModel
+from hpo.hardware._step_timer import CudaStepTimer, StepTimer, step_timer
+from hpo.trial import _trainer as trainer
 from hpo.workloads.catalog import create_workload
 
 

@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.evidence.capture import capture_step, ops_seen
 from hpo.evidence.observe import observed_knobs
 from hpo.torch_compat import COMPILE_PROFILER_RANGES

@@ -16,10 +16,9 @@ from contracts.fakes.cudnn_rnn import patched_lstm
 
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import TrialError
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts, speed_key, verdict_key
-from hpo.verify.store import VERDICT_PREFIX
+from hpo.verify.stored import VERDICT_PREFIX, MemoryVerdicts, speed_key, verdict_key
 
 CPU = torch.device("cpu")
 FAULTY = "fault_workloads:Faulty"
@@ -109,7 +108,7 @@ def test_verdict_facts_never_overwrite_each_other(tmp_path):
     a process's store and in a study's (Optuna's table, as study user attrs under the prefix)."""
     import optuna
 
-    from hpo.verify.store import StudyVerdicts
+    from hpo.verify.stored import StudyVerdicts
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'study.db'}")
     for verdicts in (MemoryVerdicts(), StudyVerdicts(study)):

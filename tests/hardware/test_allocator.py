@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hpo.hardware import allocator
+from hpo.hardware import _allocator as allocator
 
 # Allocates, fills and frees a 48 MiB tensor (as a step does its embedding gradient) 36 times, and
 # reports the page faults of the last four, then the resident set before and after a release.
@@ -19,7 +19,7 @@ from hpo.hardware import allocator
 # the latest (seen: after the 7th, sometimes the 14th).
 _PROBE = """
 import json, resource, sys, torch
-from hpo.hardware import allocator
+from hpo.hardware import _allocator as allocator
 setting = allocator.keep_freed_memory() if sys.argv[1] == "keep" else "glibc default"
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from hpo.hardware import memory
+from hpo.hardware import _memory as memory
 
 
 def test_cuda_empties_the_caching_allocator_and_a_cpu_trims_the_heap(monkeypatch):

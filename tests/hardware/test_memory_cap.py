@@ -16,11 +16,10 @@ import pytest
 import torch
 from conftest import toy_config
 
-from hpo.hardware.memory import resident_bytes
-from hpo.hardware.memory_cap import capped_process, is_out_of_memory
-from hpo.trial.executor import execute
+from hpo.hardware import capped_process, is_out_of_memory, resident_bytes
+from hpo.trial import execute
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,8 +104,8 @@ def test_a_trial_within_its_limit_trains_under_the_cap_and_one_without_a_limit_i
 
 POOL_STARTED_UNDER_THE_CAP = """
 import sys, torch
-import hpo.hardware.memory_cap as memory_cap
-from hpo.hardware.memory import resident_bytes
+import hpo.hardware._memory_cap as memory_cap
+from hpo.hardware._memory import resident_bytes
 if sys.argv[1] == "stacks not counted":
     memory_cap.thread_stacks_bytes = lambda: 0
 torch.set_num_threads(32)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import signal
 
-from hpo.hardware.oom_kills import OomKillCounter, oom_kill_counter
-from hpo.runtime.child_trials import crash_verdict
-from hpo.runtime.killed_for_memory import killed_for_memory
+from hpo.hardware import OomKillCounter, oom_kill_counter
+from hpo.runtime._child_trials import crash_verdict
+from hpo.runtime._killed_for_memory import killed_for_memory
 
 
 def _proc(tmp_path, cgroup: str, vmstat: str = "nr_free_pages 1\noom_kill 7\n"):

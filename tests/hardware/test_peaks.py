@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hpo.config.trial import Knobs
-from hpo.hardware import peaks
+from hpo.hardware import _peaks as peaks
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.torch_compat import TorchDispatchMode
 
@@ -59,7 +59,7 @@ def test_at_least_fifteen_real_names_are_checked_and_similar_names_never_borrow_
 def test_a_trial_on_an_unknown_gpu_records_mfu_null(monkeypatch, name, mfu_known):
     from conftest import toy_config
 
-    from hpo.trial import speed_record as speed
+    from hpo.trial import _speed_record as speed
 
     config = toy_config(Knobs(precision="bf16", attention="eager", optimizer="forloop"))
     monkeypatch.setattr(speed, "_flops_per_sample", lambda *args: 1e9)
@@ -121,7 +121,7 @@ def test_a_trial_faster_than_the_cached_peak_has_it_measured_again(tmp_path, mon
 def test_a_recorded_mfu_never_exceeds_one_and_a_clamp_is_said(tmp_path, monkeypatch):
     from conftest import toy_config
 
-    from hpo.trial import speed_record as speed
+    from hpo.trial import _speed_record as speed
 
     measured = _fake_measurements(monkeypatch, tmp_path, [0.004] * 5)
     monkeypatch.setattr(speed, "_flops_per_sample", lambda *args: 1e9)
@@ -172,7 +172,7 @@ def test_the_cpu_peak_times_the_kernels_autocast_dispatches_for_a_trials_linear(
 
 def _result(steady_samples_per_s: float):
     """A trained trial's result whose steady steps ran at this speed (MFU reads it)."""
-    from hpo.trial.trainer import TrainResult
+    from hpo.trial._trainer import TrainResult
 
     return TrainResult(
         metrics={}, knobs_observed={}, step_time_ms=1.0, train_samples_per_s=1.0, peak_mem_mb=1, n_params=1, steps=1,

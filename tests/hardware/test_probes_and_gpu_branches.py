@@ -10,8 +10,8 @@ import torch
 from hpo import deps
 from hpo.app import doctor
 from hpo.errors import KnobUnavailable
-from hpo.hardware import allocator, probes
-from hpo.hardware.runtime import trial_runtime
+from hpo.hardware import _allocator as allocator
+from hpo.hardware import probes, trial_runtime
 
 CPU = torch.device("cpu")
 FAKE_GPU = torch.device("cuda", 0)
@@ -80,7 +80,7 @@ def test_verdicts_are_shared_by_gpus_of_one_model_and_not_across_models(monkeypa
     """A verdict is keyed by the GPU's model, not its index: two H100s share one, an A100 does not."""
     from conftest import toy_config
 
-    from hpo.verify.cache import verdict_key
+    from hpo.verify.stored import verdict_key
 
     names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H100 80GB HBM3", 2: "NVIDIA A100-SXM4-80GB"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[torch.device(device).index])
@@ -91,7 +91,7 @@ def test_verdicts_are_shared_by_gpus_of_one_model_and_not_across_models(monkeypa
 
 
 def test_doctor_lists_samplers_and_pruners_and_why_one_cannot_run(monkeypatch):
-    from hpo.study import samplers
+    from hpo.study import _samplers as samplers
 
     monkeypatch.setattr(samplers, "is_installed", lambda module: module != "cmaes")
     report = doctor.capability_report(torch.device("cpu"))

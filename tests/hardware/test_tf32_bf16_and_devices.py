@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from hpo.errors import UserInputError
-from hpo.hardware import probes, runtime, tf32
-from hpo.hardware.runtime import resolve_device, trial_runtime
+from hpo.hardware import _runtime as runtime
+from hpo.hardware import _tf32 as tf32
+from hpo.hardware import probes, resolve_device, trial_runtime
 
 FAKE_GPU = torch.device("cuda", 0)
 SITES = ("cuda.matmul", "cudnn.conv", "cudnn.rnn", "mkldnn.matmul")

@@ -16,7 +16,7 @@ from conftest import toy_config
 
 from hpo.app import doctor
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatches, observed_knobs
 from hpo.hardware import probes
@@ -101,9 +101,9 @@ BF16_ALT = registry.PrecisionSpec(
 def test_a_new_precision_is_one_spec_too(monkeypatch):
     """A precision added to the registry alone: its autocast dtype reaches the matmul, its mantissa
     sets the probe's bound, and the MFU peak times it, with no other table to edit."""
-    from hpo.hardware import peaks
+    from hpo.hardware import _peaks as peaks
     from hpo.knobs.precision_plugins import precision_plugin
-    from hpo.verify.bounds import Errors, bound_from_floor
+    from hpo.verify.probing._bounds import Errors, bound_from_floor
 
     monkeypatch.setitem(registry.PRECISION_SPECS, "bf16_alt", BF16_ALT)
     plugin = precision_plugin("bf16_alt", "cpu")

@@ -66,7 +66,7 @@ def test_each_graph_compiles_under_a_cache_key_tag_of_the_knobs_and_the_enabled_
 CHILD = """
 import json, sys, torch
 from hpo.config.trial import Knobs, TrainingConfig
-from hpo.engine.assembly import AssembledModel
+from hpo.engine._assembly import AssembledModel
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
 from hpo.workloads.catalog import create_workload

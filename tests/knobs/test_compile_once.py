@@ -11,10 +11,9 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import run_step
-from hpo.trial.trainer import train
-from hpo.verify.probe import run_probe
+from hpo.engine import AssembledModel, run_step
+from hpo.trial._trainer import train
+from hpo.verify.probing import run_probe
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

@@ -15,12 +15,12 @@ from hpo.app.export_as import hf_arguments, lightning_arguments, python_snippet
 from hpo.app.export_as.winner import Winner
 from hpo.config.schema import SystemsSpec
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import mismatches, observed_knobs
 from hpo.knobs.systems import KNOBS
-from hpo.trial.executor import execute
-from hpo.verify.store import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
 from hpo.workloads.catalog import create_workload

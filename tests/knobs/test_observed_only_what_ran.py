@@ -6,8 +6,8 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.evidence.observe import StepEvidence, mismatches, observed_knobs
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 
 def test_a_step_that_showed_nothing_observes_nothing():

@@ -14,9 +14,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.trial import lightning_loop
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import _lightning_loop as lightning_loop
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 TOY = {"d_model": 16, "n_heads": 2, "seq_len": 8, "n_blocks": 1}
 MATH, FLASH = "aten::_scaled_dot_product_attention_math", "aten::_scaled_dot_product_flash_attention_for_cpu"

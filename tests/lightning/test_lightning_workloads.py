@@ -16,8 +16,8 @@ import yaml
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.errors import PrunedByPruner
 from hpo.records import check_trial_attrs
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = {"d_model": 16, "n_heads": 2, "seq_len": 8, "n_blocks": 1}
@@ -129,7 +129,7 @@ def test_a_step_that_raises_inside_the_evidence_capture_leaves_no_profiler_runni
     import torch
 
     from hpo.errors import TrialRejected
-    from hpo.trial.lightning_loop import train_lightning
+    from hpo.trial._lightning_loop import train_lightning
     from hpo.workloads.catalog import create_workload
 
     config = _config("toy_lightning:ToyLightning", {**TOY, "nan_at_step": 0}, Knobs())
@@ -152,7 +152,7 @@ def test_the_probe_runs_a_compiled_lightning_module_as_the_trainer_does():
     does (from_compiled): the compiled graphs run, and the verdict is ok."""
     import torch
 
-    from hpo.verify.probe import run_probe
+    from hpo.verify.probing import run_probe
     from hpo.workloads.catalog import create_workload
 
     knobs = Knobs(precision="fp32", attention="eager", optimizer="forloop", compile="default")

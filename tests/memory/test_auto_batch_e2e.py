@@ -13,12 +13,12 @@ from hpo.app.best_and_export import export_config
 from hpo.config.params import AutoBatch
 from hpo.config.resolve import load_config
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory_model import PeakModel, fit_peaks
+from hpo.engine import AssembledModel
+from hpo.hardware import PeakModel, fit_peaks
 from hpo.records import RecordKey
-from hpo.trial.executor import execute
-from hpo.trial.memory_budget import AUTO_HEADROOM, fit_batches, measure_peaks
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute
+from hpo.trial._memory_limit import AUTO_HEADROOM, fit_batches, measure_peaks
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 OPTIONS = {"d_model": 64, "seq_len": 64, "n_blocks": 8}

@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory_model import GB
+from hpo.engine import AssembledModel
+from hpo.hardware import GB
 from hpo.records import RecordKey, check_trial_attrs
-from hpo.trial.executor import execute
-from hpo.trial.memory_budget import fitted_peaks
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import execute, fitted_peaks
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 # 32 thin blocks of eager attention: without checkpointing every block's activations are kept for

@@ -7,7 +7,7 @@ each forward a stated amount for its batch (`FIXED + PER_SAMPLE x batch`, plus a
 appears above `WORKSPACE_FROM` samples, which the linear model cannot see) and raises
 `torch.OutOfMemoryError` when that passes its cap, as CUDA's allocator does. The model, its batches
 and its steps run on the CPU underneath, labelled `cuda` so that hpo's meter, limit and
-enforcement take their CUDA branches (`hpo.hardware.memory`, `hpo.hardware.memory_model`).
+enforcement take their CUDA branches (`hpo.hardware._memory`, `hpo.hardware._memory_model`).
 The model's device health and batches stay on the CPU (the one place a real CUDA tensor would be
 made). What this shows is that hpo's decisions follow the CUDA readings; not how a real GPU's
 allocator sizes a step.
@@ -22,18 +22,16 @@ import pytest
 import torch
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.engine import assembly
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.health import DeviceHealth
-from hpo.hardware.memory import enforced_limit
-from hpo.hardware.memory_model import GB, limit_bytes
+from hpo.engine import AssembledModel, DeviceHealth
+from hpo.engine import _assembly as assembly
+from hpo.hardware import GB, enforced_limit, limit_bytes
 from hpo.records import RecordKey
-from hpo.trial import executor
-from hpo.trial.memory_budget import budget_memory
-from hpo.trial.phases import Phases
-from hpo.trial.run import TrialRun
+from hpo.trial import Phases
+from hpo.trial import _executor as executor
+from hpo.trial._memory_limit import budget_memory
+from hpo.trial._run import TrialRun
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CUDA = torch.device("cuda")

@@ -15,8 +15,8 @@ from hpo.config.params import AutoBatch
 from hpo.config.resolve import fixed_config
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.hardware.memory_model import GB, default_limit_bytes, fit_peaks, limit_bytes
-from hpo.study.avoid import AvoidKnownFailures, known_bad_parts
+from hpo.hardware._memory_model import GB, default_limit_bytes, fit_peaks, limit_bytes
+from hpo.study._avoid import AvoidKnownFailures, known_bad_parts
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

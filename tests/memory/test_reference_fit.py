@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.hardware.memory_model import GB
+from hpo.engine import AssembledModel
+from hpo.hardware import GB
 from hpo.records import RecordKey
-from hpo.trial.executor import execute
-from hpo.verify import peak_fit
-from hpo.verify.cache import MemoryVerdicts, reference_key
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.trial import execute
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.peaks import _peak_fit as peak_fit
+from hpo.verify.stored import MemoryVerdicts, reference_key
 
 FIXED = 10 * GB
 PER_SAMPLE = {True: 1 * GB, False: GB // 10}  # keyed by "is the reference"

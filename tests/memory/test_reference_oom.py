@@ -8,9 +8,9 @@ import torch
 
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.records import RecordKey
-from hpo.trial.executor import execute
-from hpo.verify import probe
-from hpo.verify.cache import MemoryVerdicts, reference_key
+from hpo.trial import execute
+from hpo.verify.probing import _probe as probe
+from hpo.verify.stored import MemoryVerdicts, reference_key
 
 OOM = "CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 139.80 GiB"
 
@@ -40,7 +40,7 @@ def test_the_trial_trains_with_its_speed_not_judged_and_says_why(monkeypatch):
 
 
 def test_an_out_of_memory_of_the_trials_own_step_still_ends_it_oom(monkeypatch):
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     real = AssembledModel.forward_backward
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import torch
 
-from hpo.hardware.memory import MemoryMeter, ResidentPeak, hand_back_freed, resident_bytes
-from hpo.verify import peak_fit
+from hpo.hardware import MemoryMeter, ResidentPeak, hand_back_freed, resident_bytes
+from hpo.verify.peaks import _peak_fit as peak_fit
 
 MB = 2**20
 TRANSIENT = 256 * MB

@@ -32,8 +32,7 @@ import optuna.testing.storages as optuna_storages  # noqa: E402 - after fakeredi
 from optuna.storages import RDBStorage, _CachedStorage  # noqa: E402
 
 from hpo.errors import UserInputError  # noqa: E402
-from hpo.storage.open import open_storage  # noqa: E402
-from hpo.storage.tickets import BUDGET  # noqa: E402
+from hpo.storage import BUDGET, open_storage  # noqa: E402
 
 SUITE = Path(__file__).parent / "storages_tests"
 
@@ -128,7 +127,7 @@ def _open_hpo_storage(url: str, **kwargs) -> RDBStorage:
 def _close_left_sessions() -> None:
     """Close the sessions a test left open on its storages. `rdb_tests/test_storage.py::test_init`
     queries through `storage.scoped_session()` and never closes it: its connection stayed checked
-    out, so the pytest process's turn on connections (`hpo.storage.pools`) stayed with its main
+    out, so the pytest process's turn on connections (`hpo.storage._pools`) stayed with its main
     thread, and in a later test of that process an in-process worker's heartbeat thread waited 60 s
     for it at each trial's end (2 minutes for two trials on CI, and its heartbeats failed)."""
     while _opened:

@@ -12,12 +12,12 @@ import torch
 from parallel_knob_drops import drop_knob, dropping_in_ranks
 from parallel_ranks import late_rank, no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
-from hpo.hardware import peaks
-from hpo.hardware.peaks import Peak
+from hpo.hardware import _peaks as peaks
+from hpo.hardware._peaks import Peak
 from hpo.parallel import run_ranks
 from hpo.records import check_trial_attrs
-from hpo.trial import ranks
-from hpo.trial.ranks import execute_ranks
+from hpo.trial import _ranks as ranks
+from hpo.trial import execute_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import optuna
 
 from hpo.app.pick import front_table
 from hpo.app.report import _trial_rows
-from hpo.reporting.notes import trial_note
+from hpo.reporting._notes import trial_note
 
 
 def _trial(share):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpo.reporting.progress import LineDisplay, TrialEvent
+from hpo.reporting._progress import LineDisplay, TrialEvent
 
 
 def _line(capsys, number: int, n_trials: int) -> str:

@@ -10,7 +10,7 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from hpo.errors import UserInputError
-from hpo.reporting.ranking import best_trials, top_trials
+from hpo.reporting import best_trials, top_trials
 
 
 def _trial(values, verdict="ok"):
@@ -50,7 +50,7 @@ def test_no_trained_trial_is_an_error_that_says_so():
 def test_a_missed_target_never_wins_and_is_compared_with_nothing():
     """A trial that trained but never reached workload.target has the worst value (+inf for time to
     target): never best, and left out of the knob-effect medians, where inf - inf would be NaN."""
-    from hpo.reporting.knob_effects import knob_effects
+    from hpo.reporting import knob_effects
 
     def timed(value, optimizer, reached):
         attrs = {"verdict": "ok", "train_samples_per_s": 100.0, "target_reached": reached}

@@ -10,9 +10,8 @@ import pytest
 from optuna.testing.pytest_samplers import BasicSamplerTestCase, MultiObjectiveSamplerTestCase, RelativeSamplerTestCase
 
 from hpo.config.schema import SamplerSpec
-from hpo.runtime.budget import BindOnStart
-from hpo.study.avoid import AvoidKnownFailures
-from hpo.study.samplers import SAMPLERS
+from hpo.runtime import BindOnStart
+from hpo.study import SAMPLERS, AvoidKnownFailures
 
 VARIANTS = {
     "plain": lambda base: base,

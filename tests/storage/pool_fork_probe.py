@@ -15,7 +15,7 @@ import time
 
 import sqlalchemy as sa
 
-from hpo.storage import pools
+from hpo.storage import _pools as pools
 
 HOLD_S = 1.0
 

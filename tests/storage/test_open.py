@@ -8,8 +8,7 @@ import sqlalchemy as sa
 
 from hpo.errors import UserInputError
 from hpo.masking import mask_secrets
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import liveness
+from hpo.storage import liveness, open_storage
 
 
 def test_reading_a_missing_sqlite_file_does_not_create_it(tmp_path):

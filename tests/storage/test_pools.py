@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from pool_fork_probe import outsider_can_lock
 
 from hpo.errors import UserInputError
-from hpo.storage import pools
-from hpo.storage.open import open_storage
-from hpo.storage.pools import LOCK_ENV, OneAtATimePool, connections_held_by_this_process
-from hpo.storage.urls import split_pooler
+from hpo.storage import _pools as pools
+from hpo.storage import open_storage
+from hpo.storage._pools import LOCK_ENV, OneAtATimePool, connections_held_by_this_process
+from hpo.storage._urls import split_pooler
 
 
 def test_pooler_option_is_stripped_and_checked():

@@ -11,12 +11,10 @@ from optuna.trial import TrialState
 from space_files import write_space
 
 from hpo.config.space import load_space
-from hpo.runtime.budget import recover, tickets_of
-from hpo.runtime.child import GuardedObjective
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of, storage_of, trial_id_of
-from hpo.storage.retry import MAX_RETRIES_ATTR, fail_crashed_trial
-from hpo.study.create import create_or_resume
+from hpo.runtime import GuardedObjective
+from hpo.runtime._ticket_claims import recover, tickets_of
+from hpo.storage import MAX_RETRIES_ATTR, engine_of, fail_crashed_trial, open_storage, storage_of, trial_id_of
+from hpo.study import create_or_resume
 
 SPACE = {
     "study": {"name": "retry", "sampler": {"name": "random"}, "n_trials": 3, "max_retries": 1},

@@ -9,9 +9,7 @@ import pytest
 import sqlalchemy as sa
 from clock import backdate
 
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of
-from hpo.storage.tickets import TicketBudget
+from hpo.storage import TicketBudget, engine_of, open_storage
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from first_call_kernels import FIRST_CALL_S, as_sdpa_math, planned
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.strategy import make_decision, sweep
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.probe import run_probe
-from hpo.verify.steady import DEFAULT_POLICY, ONE_STEP
+from hpo.verify.probing import run_probe
+from hpo.verify.stored import MemoryVerdicts
+from hpo.verify.timing import DEFAULT_POLICY, ONE_STEP
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -84,7 +84,7 @@ def test_a_kernel_slow_on_every_call_is_still_proven_slow(monkeypatch):
     assert result.slow.implicates == (("attention", "sdpa_math"), ("batch_size", 16)), result.slow
     # The steps judged are the slow kernel's own (each pays its per-call cost), against a reference
     # 5x faster at least.
-    # Or, stopped once past that limit (`hpo.verify.step_deadline`), a step known to be over it.
+    # Or, stopped once past that limit (`hpo.verify.timing._step_deadline`), a step known to be over it.
     if result.trial_step_stopped:
         assert result.trial_step_ms > config.slow_ratio * result.reference_step_ms, result
     else:

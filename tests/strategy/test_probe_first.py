@@ -15,8 +15,8 @@ import yaml
 
 from hpo.config.space import parse_space
 from hpo.errors import ExitCode
-from hpo.reporting.sweep_decision import KEPT_ATTR
-from hpo.storage.optuna_compat import storage_of, study_id_of
+from hpo.reporting import KEPT_ATTR
+from hpo.storage import storage_of, study_id_of
 from hpo.strategy import LOCK_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_the_race_warms_each_model_up_on_its_first_timing_only(monkeypatch):
     runs an untimed step; later ones only time (each untimed step of a MiniLM on one core cost 1.1 s).
     Equal times: both race until steady (`min_repeats` timings), neither is dropped."""
     from hpo.strategy import _race
-    from hpo.verify.steady import StepTimes
+    from hpo.verify.timing import StepTimes
 
     warmups: dict[str, list[int]] = {}
 

@@ -10,13 +10,13 @@ import pytest
 from hpo.app.output import knob_row_json
 from hpo.config.params import AutoBatch
 from hpo.config.space import parse_space
-from hpo.hardware.memory_model import GB, PeakModel
+from hpo.hardware import GB, PeakModel
 from hpo.strategy import _memory_fit as sweep_memory
 from hpo.strategy import sweep, table
-from hpo.trial.memory_budget import AUTO_HEADROOM, auto_batch_fitting, memory_key
-from hpo.verify import peak_fit
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.trial._memory_limit import AUTO_HEADROOM, auto_batch_fitting, memory_key
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.peaks import _peak_fit as peak_fit
+from hpo.verify.stored import MemoryVerdicts
 
 MB = 2**20
 CEILING = 32
@@ -42,7 +42,7 @@ def _fitted(store: MemoryVerdicts) -> dict[str, PeakModel]:
 
 def _refuse_to_fit(monkeypatch, but_the_reference: bool = False) -> None:
     """Any fit step raises; `but_the_reference`: except the fp32/eager reference's, which a probe
-    under a limit fits once per model before timing it (`hpo.verify.reference_memory`)."""
+    under a limit fits once per model before timing it (`hpo.verify.peaks._reference_fit`)."""
     step_peak = peak_fit._step_peak
 
     def refuse(model, *args, **kwargs):

@@ -12,11 +12,11 @@ import pytest
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.errors import UserInputError
-from hpo.reporting.sweep_decision import decision_note
+from hpo.reporting import decision_note
 from hpo.strategy import SweepRow, Timing, make_decision, rank_precision, rejected_lines
 from hpo.strategy import _probe_first as probe_first
 from hpo.strategy._race import POLICY
-from hpo.study.suggest import suggest_kept
+from hpo.study._suggest import suggest_kept
 
 SPACE = {
     "study": {"name": "pf", "strategy": "probe_first", "keep_fastest": 2},
@@ -142,7 +142,7 @@ def test_sampler_searches_precision_and_rank_only_among_the_kept():
 
 
 def _study_and_fake_sweep(tmp_path, monkeypatch, fail: list[bool]):
-    from hpo.study.create import create_or_resume
+    from hpo.study import create_or_resume
 
     space = parse_space(SPACE, source="t")
     study = create_or_resume(space, f"sqlite:///{tmp_path / 'pf.db'}")
@@ -195,7 +195,7 @@ def test_a_worker_that_finds_the_sweep_under_way_waits_for_its_result_and_never_
     import socket
     import threading
 
-    from hpo.reporting.sweep_decision import KEPT_ATTR
+    from hpo.reporting import KEPT_ATTR
     from hpo.strategy import LOCK_ATTR
 
     study, space, swept = _study_and_fake_sweep(tmp_path, monkeypatch, fail=[])

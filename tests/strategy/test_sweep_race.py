@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
-from hpo.reporting.sweep_decision import decision_note
+from hpo.reporting import decision_note
 from hpo.strategy import TIE_MARGIN, SweepRow, make_decision, outpaced
 from hpo.strategy._race import POLICY
 
@@ -122,7 +122,7 @@ def test_the_race_drops_only_what_cannot_be_among_the_k_fastest():
 
 def test_a_dropped_combination_keeps_its_verdict_a_slow_one_comes_only_from_the_proof():
     """Leaving the race is no verdict: a combination 20x slower is dropped from the re-timing, ranked
-    last and still `ok`; only the probe's steady slow proof (`hpo.verify.slow_proof.prove_slow`) gives `slow`."""
+    last and still `ok`; only the probe's steady slow proof (`hpo.verify.timing._slow_proof.prove_slow`) gives `slow`."""
     decided, seen = _decide({("eager", "forloop"): 10.0, ("eager", "fused"): 200.0, ("sdpa", "forloop"): 10.1})
     assert [d["knobs"]["optimizer"] for d in decided["dropped"]] == ["fused"]
     assert decided["rejected"] == [] and "slow" not in decided["table"]

@@ -39,8 +39,7 @@ def test_hpo_probe_times_a_speed_from_the_machine_facts_again_before_it_ranks(tm
     times its candidates again) the fact's figure is kept to the decimal."""
     from hpo.config.space import parse_space
     from hpo.strategy import sweep
-    from hpo.verify.cache import MemoryVerdicts
-    from hpo.verify.machine_facts import MachineFacts
+    from hpo.verify.stored import MachineFacts, MemoryVerdicts
 
     space = parse_space(
         {

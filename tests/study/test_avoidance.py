@@ -10,7 +10,7 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from benchmarks.avoidance import run_avoidance
-from hpo.study.avoid import AvoidKnownFailures, known_bad_parts
+from hpo.study._avoid import AvoidKnownFailures, known_bad_parts
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -97,7 +97,7 @@ def test_reseed_rng_reseeds_the_wrappers_own_generator():
 
 
 def _slow_bf16_at_batch_8(study: optuna.Study) -> None:
-    from hpo.verify.store import StudyVerdicts
+    from hpo.verify.stored import StudyVerdicts
 
     implicates = [["batch_size", 8], ["precision", "bf16"]]
     StudyVerdicts(study).add("k-b8", {"verdict": "slow: 9.0x at batch 8", "implicates": implicates, "batch_size": 8})

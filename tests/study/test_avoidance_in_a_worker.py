@@ -1,6 +1,6 @@
 """A worker records an incompatible combination as a COMPLETE trial with a violated constraint and
 an infinite value (Optuna's samplers learn nothing from FAIL trials: optuna/optuna#2864), labelled
-with what happened, and hpo's avoidance wrapper (hpo.study.avoid), which every study's sampler goes
+with what happened, and hpo's avoidance wrapper (hpo.study._avoid), which every study's sampler goes
 through, never proposes it again. That TPE itself reads the constraint is
 tests/study/test_constraints_teach_samplers.py's job; this test does not separate the two."""
 
@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from hpo.config.space import parse_space
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
+from hpo.runtime import run_worker
+from hpo.study import create_or_resume
 
 SPACE = {
     "study": {

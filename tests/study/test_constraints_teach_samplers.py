@@ -14,8 +14,8 @@ import optuna
 import pytest
 
 from hpo.config.schema import SamplerSpec
-from hpo.storage.optuna_compat import record_feasibility
-from hpo.study.create import build_sampler
+from hpo.storage import record_feasibility
+from hpo.study import build_sampler
 
 # Trials before the ones counted (past TPE's and GP's 10 random start-up trials, and two NSGA-II
 # generations of 50), then how many are counted (NSGA-II: its third generation).

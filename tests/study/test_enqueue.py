@@ -9,9 +9,8 @@ from key_paths import edited
 
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.study.create import create_or_resume, space_of
-from hpo.study.enqueue import enqueue_config, trial_params
-from hpo.study.suggest import suggest_config
+from hpo.study import create_or_resume, space_of, suggest_config
+from hpo.study._enqueue import enqueue_config, trial_params
 
 SPACE = {
     "study": {"name": "warm", "sampler": {"name": "random", "seed": 3}},

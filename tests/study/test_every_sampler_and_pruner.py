@@ -10,8 +10,8 @@ from optuna.trial import TrialState
 
 from hpo.config.schema import PrunerName, SamplerName
 from hpo.config.space import parse_space
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
+from hpo.runtime import run_worker
+from hpo.study import create_or_resume
 
 SAMPLER_NAMES = list(SamplerName.__args__)
 PRUNER_NAMES = list(PrunerName.__args__)
@@ -40,7 +40,7 @@ def _run(tmp_path, space: dict) -> list[optuna.trial.FrozenTrial]:
 
 
 def test_the_lists_match_the_schema():
-    from hpo.study.samplers import PRUNERS, SAMPLERS
+    from hpo.study import PRUNERS, SAMPLERS
 
     assert set(SAMPLERS) == set(SAMPLER_NAMES) and set(PRUNERS) == set(PRUNER_NAMES)
 

@@ -11,11 +11,11 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
+from hpo.engine import AssembledModel
 from hpo.errors import TrialError, TrialRejected
-from hpo.trial.executor import execute
-from hpo.trial.trainer import train
-from hpo.verify.cache import MemoryVerdicts, verdict_key
+from hpo.trial import execute
+from hpo.trial._trainer import train
+from hpo.verify.stored import MemoryVerdicts, verdict_key
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -64,7 +64,7 @@ def test_out_of_memory_is_recorded_and_the_next_trial_runs(monkeypatch):
 
 
 def test_cpu_memory_error_is_recorded_as_oom(monkeypatch):
-    import hpo.trial.executor as executor
+    import hpo.trial._executor as executor
 
     def no_memory(*args, **kwargs):
         raise MemoryError()
@@ -126,7 +126,7 @@ def test_verdict_key_changes_with_knobs_and_model_but_not_with_lr():
 
 def test_compiled_frames_past_the_recompile_limit_fail_instead_of_running_eagerly(monkeypatch):
     """Dynamo's own fallback past its recompile limit would run uncompiled under a compiled label."""
-    import hpo.engine.assembly as assembly
+    import hpo.engine._assembly as assembly
 
     monkeypatch.setattr(assembly, "RECOMPILE_LIMIT", 1)
     config = toy_config(Knobs(compile="default", optimizer="fused"), max_steps=4, eval_every=2)

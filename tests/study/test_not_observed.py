@@ -13,9 +13,9 @@ import optuna
 from optuna.trial import TrialState, create_trial
 
 from hpo.app.report import write_report
-from hpo.reporting import progress
-from hpo.reporting.notes import trial_note
-from hpo.reporting.observed import NOT_OBSERVED, observed_knob
+from hpo.reporting import _progress as progress
+from hpo.reporting._knob_display import NOT_OBSERVED, observed_knob
+from hpo.reporting._notes import trial_note
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUESTED = {"precision": "fp32", "attention": "sdpa_flash", "optimizer": "fused", "grad_checkpointing": False, "compile": False}

@@ -1,5 +1,5 @@
 """No trial is spent on a knob value this machine cannot run: a worker checks the space's values
-when it starts (`hpo.runtime.machine_check`, the check `hpo doctor` shows), says each one it leaves
+when it starts (`hpo.runtime._machine_check`, the check `hpo doctor` shows), says each one it leaves
 out on stderr and in the study note, and its sampler never proposes them. On this CPU: sdpa_cudnn
 has no kernel, flash-attn, xformers and NVIDIA apex are not installed."""
 
@@ -12,12 +12,11 @@ import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 
 from hpo.config.space import parse_space
-from hpo.runtime.machine_check import NothingRunsHere, forget_checks
-from hpo.runtime.workers import run_worker
-from hpo.storage.optuna_compat import storage_of, study_id_of
-from hpo.study.avoid import AvoidKnownFailures, avoiding_here
-from hpo.study.create import create_or_resume
-from hpo.verify.not_runnable import nothing_left, searched_parts
+from hpo.runtime import run_worker
+from hpo.runtime._machine_check import NothingRunsHere, forget_checks
+from hpo.storage import storage_of, study_id_of
+from hpo.study import AvoidKnownFailures, avoiding_here, create_or_resume
+from hpo.verify.machine import nothing_left, searched_parts
 
 NOT_HERE = {"attention": {"sdpa_cudnn", "flash_attn", "xformers"}, "optimizer": {"apex"}}
 
@@ -107,7 +106,7 @@ def test_a_pair_with_a_fixed_knob_is_the_searched_value_alone_and_can_leave_noth
 CHILD_CHECK = """
 import json, sys
 from hpo.config.space import parse_space
-from hpo.runtime.machine_check import check_machine
+from hpo.runtime._machine_check import check_machine
 
 if __name__ == "__main__":
     space = parse_space({"study": {"name": "c"}, "workload": {"name": "causal_lm"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpo.reporting.notes import study_note_due
+from hpo.reporting import study_note_due
 
 
 def test_the_study_note_is_due_every_10_trials_to_100_then_every_100_to_1000_and_so_on():

@@ -13,9 +13,9 @@ from optuna.trial import TrialState
 
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
-from hpo.reporting.ranking import best_trials
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
+from hpo.reporting import best_trials
+from hpo.runtime import run_worker
+from hpo.study import create_or_resume
 
 FIXED_F1 = "metric_workloads:FixedF1"
 
@@ -74,9 +74,9 @@ def test_when_no_trial_reaches_the_target_there_is_no_best_and_hpo_says_why(tmp_
 
 @pytest.mark.slow
 def test_mfu_with_no_known_peak_is_the_worst_value_not_an_error(tmp_path, monkeypatch):
-    import hpo.hardware.peaks
+    import hpo.hardware._peaks
 
-    monkeypatch.setattr(hpo.hardware.peaks, "peak_for", lambda *args: None)  # an accelerator hpo knows no peak of
+    monkeypatch.setattr(hpo.hardware._peaks, "peak_for", lambda *args: None)  # an accelerator hpo knows no peak of
     study = _run(_space(["mfu"], ["maximize"], 1), f"sqlite:///{tmp_path / 's.db'}")
     (trial,) = study.trials
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["verdict"] == "ok"

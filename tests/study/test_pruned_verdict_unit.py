@@ -9,9 +9,9 @@ from conftest import toy_config
 
 from hpo.config.trial import TrainingConfig
 from hpo.errors import PrunedByPruner
-from hpo.study.objective import _reporter
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.study._objective import _reporter
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 
 def _pruned_at(step: int, **training) -> PrunedByPruner:

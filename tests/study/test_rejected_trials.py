@@ -17,10 +17,10 @@ import pytest
 from web import free_port, get_json
 
 from hpo.config.space import parse_space
-from hpo.reporting.ranking import trained_trials
-from hpo.runtime.workers import run_worker
-from hpo.storage.optuna_compat import study_id_of
-from hpo.study.create import create_or_resume
+from hpo.reporting import trained_trials
+from hpo.runtime import run_worker
+from hpo.storage import study_id_of
+from hpo.study import create_or_resume
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = {

@@ -19,10 +19,10 @@ from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
 from hpo.records import check_trial_attrs
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
-from hpo.trial.executor import execute
-from hpo.verify.cache import MemoryVerdicts
+from hpo.runtime import run_worker
+from hpo.study import create_or_resume
+from hpo.trial import execute
+from hpo.verify.stored import MemoryVerdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 

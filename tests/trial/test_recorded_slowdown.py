@@ -12,10 +12,10 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.trial.executor import execute
-from hpo.trial.slowdown import RETIME_BELOW
-from hpo.verify.cache import MemoryVerdicts, reference_key
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.trial import execute
+from hpo.trial._slowdown import RETIME_BELOW
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.stored import MemoryVerdicts, reference_key
 
 CPU = torch.device("cpu")
 INFLATED_MS = 60_000.0  # the toy's reference step takes milliseconds
@@ -57,8 +57,8 @@ def test_a_side_by_side_timing_too_uneven_to_compare_records_no_slowdown_and_why
     agree (at a load of 40 a knobs step read 42 ms beside reference steps of 458 ms and more, and
     0.09 was recorded for a knob a plain loop measures at 1.4x). No slowdown is recorded, the
     stored reference is kept, and the record says why."""
-    from hpo.verify import side_by_side
-    from hpo.verify.steady import StepTimes
+    from hpo.verify.timing import StepTimes
+    from hpo.verify.timing import _side_by_side as side_by_side
 
     doubling = iter(10.0 * 2**i for i in range(100))
 

@@ -10,10 +10,10 @@ import pytest
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
-from hpo.hardware.runtime import resolve_device
-from hpo.trial.executor import execute
-from hpo.trial.trainer import SLOW_CHECK_STEPS
-from hpo.verify.cache import MemoryVerdicts, reference_key
+from hpo.hardware import resolve_device
+from hpo.trial import execute
+from hpo.trial._trainer import SLOW_CHECK_STEPS
+from hpo.verify.stored import MemoryVerdicts, reference_key
 
 
 def _config(max_steps: int, compile_mode: str | bool = False):
@@ -75,9 +75,9 @@ def test_the_reference_timing_records_when_it_ended():
     import time
 
     from hpo.config.trial import TrainingConfig
-    from hpo.engine.assembly import AssembledModel
-    from hpo.verify.reference import time_reference
-    from hpo.verify.reference_knobs import REFERENCE_KNOBS
+    from hpo.engine import AssembledModel
+    from hpo.verify.fault import REFERENCE_KNOBS
+    from hpo.verify.timing import time_reference
     from hpo.workloads.catalog import create_workload
 
     workload = create_workload("toy_workloads:Toy", {"n_blocks": 1})

@@ -15,9 +15,9 @@ import torch
 from conftest import toy_config
 from loader_workloads import SleepingSamples
 
-from hpo.engine.assembly import AssembledModel
-from hpo.trial import trainer
-from hpo.trial.step_tally import StepTally
+from hpo.engine import AssembledModel
+from hpo.trial import _trainer as trainer
+from hpo.trial._step_tally import StepTally
 from hpo.workloads.catalog import create_workload
 
 BATCH = 8  # samples of SleepingSamples.delay_s (25 ms) each: 0.2 s a batch

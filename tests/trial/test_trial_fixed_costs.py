@@ -15,9 +15,8 @@ from conftest import judged_despite_noise, slow_foreach_adamw
 from hpo.config.resolve import build_config
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
-from hpo.trial.executor import execute
-from hpo.trial.phases import Phases
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial import Phases, execute
+from hpo.verify.stored import MemoryVerdicts
 from toy_workloads import PretrainedToy
 
 KNOBS = Knobs(precision="bf16", attention="sdpa", optimizer="foreach")
@@ -94,7 +93,7 @@ ATTRS = {"a": 1, "b": {"c": [1.5, None]}, "d": "x"}
 def test_a_trials_records_are_written_in_one_transaction(tmp_path):
     from sqlalchemy import event
 
-    from hpo.storage.optuna_compat import engine_of, set_user_attrs, storage_of
+    from hpo.storage import engine_of, set_user_attrs, storage_of
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db")
     trial = study.ask()
@@ -108,7 +107,7 @@ def test_a_trials_records_are_written_in_one_transaction(tmp_path):
 
 
 def test_a_trials_records_reach_a_storage_without_transactions():
-    from hpo.storage.optuna_compat import set_user_attrs
+    from hpo.storage import set_user_attrs
 
     study = optuna.create_study()  # in memory: set_user_attrs takes Optuna's public calls
     trial = study.ask()
@@ -132,10 +131,10 @@ def _forwards(monkeypatch) -> list[tuple[int, bool]]:
 
 
 def test_the_probe_compares_a_few_samples_and_times_the_reference_once_per_study(monkeypatch):
-    from hpo.hardware.runtime import resolve_device
-    from hpo.verify.cache import reference_key
-    from hpo.verify.probe import PROBE_SAMPLES
-    from hpo.verify.reference import MAX_STEPS
+    from hpo.hardware import resolve_device
+    from hpo.verify.probing._probe import PROBE_SAMPLES
+    from hpo.verify.stored import reference_key
+    from hpo.verify.timing._reference_time import MAX_STEPS
 
     seen, verdicts = _forwards(monkeypatch), MemoryVerdicts()
     assert execute(_config(), verdicts).ok
@@ -162,8 +161,8 @@ def _slow_foreach_steps(monkeypatch) -> None:
 
 @pytest.mark.usefixtures("one_torch_thread")  # step times that load cannot stretch 200x
 def test_a_trial_slower_than_the_limit_is_rejected_in_its_first_steady_steps_and_never_trained_again(monkeypatch):
-    from hpo.trial import trainer
-    from hpo.trial.trainer import SLOW_CHECK_STEPS
+    from hpo.trial import _trainer as trainer
+    from hpo.trial._trainer import SLOW_CHECK_STEPS
     from hpo.verdicts import Kind
 
     config = dataclasses.replace(_config(), skip_slow=True)
@@ -208,10 +207,10 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
     labelled slow (it was, and the avoidance then took fp32 as known to fail, seen in CI): it
     trains again from its first step without the check, records what the check first saw, and
     caches no verdict."""
-    import hpo.trial.slowdown as slowdown
-    from hpo.hardware.runtime import resolve_device
-    from hpo.verify.cache import reference_key
-    from hpo.verify.slow_proof import SlowProof
+    import hpo.trial._slowdown as slowdown
+    from hpo.hardware import resolve_device
+    from hpo.verify.stored import reference_key
+    from hpo.verify.timing import SlowProof
 
     plain_config = _config(dropout=0.3)  # dropout on: any leftover weights, optimizer state or RNG shows
     config, verdicts = dataclasses.replace(plain_config, skip_slow=True), MemoryVerdicts()
@@ -232,7 +231,7 @@ def test_a_trial_slow_once_but_not_when_timed_again_trains_and_caches_nothing(mo
 
 
 def test_a_slow_trial_recorded_before_verdicts_named_their_parts_still_blames_its_combination():
-    from hpo.study.avoid import known_bad_parts
+    from hpo.study._avoid import known_bad_parts
 
     optimizer = optuna.distributions.CategoricalDistribution(["forloop", "foreach"])
     legacy = {"verdict": "slow: 9.0x the fp32/eager step time", "knobs_requested": {"optimizer": "foreach"}}
@@ -257,8 +256,8 @@ def test_a_slow_trial_recorded_before_verdicts_named_their_parts_still_blames_it
 def test_the_probes_reference_step_counts_the_flops_the_trial_records(monkeypatch):
     """The reference's compared step is the eager fp32 model the FLOP count needs: the trial records
     that count and builds no model to count again."""
-    import hpo.trial.speed_record as speed
-    from hpo.engine.flops import model_flops_per_sample
+    import hpo.trial._speed_record as speed
+    from hpo.engine import model_flops_per_sample
     from hpo.workloads.catalog import create_workload
 
     config = _config()
@@ -276,7 +275,7 @@ def test_the_probes_reference_step_counts_the_flops_the_trial_records(monkeypatc
 
 def test_a_compiled_trial_compared_on_its_whole_batch_leaves_the_count_to_its_speed_record(monkeypatch):
     """Counting a whole batch would cost more than the speed record's own small count."""
-    import hpo.trial.speed_record as speed
+    import hpo.trial._speed_record as speed
 
     calls = []
     count = speed.model_flops_per_sample
@@ -292,7 +291,7 @@ def test_the_profiled_steps_buffers_are_handed_back_once_read(monkeypatch):
     """The evidence step's profiler frees its buffers when its events have been read; the C heap
     keeps freed memory for the steps, so the trainer hands it back then, once, or a CPU trial's
     resident set would carry the profiler's buffers to its end."""
-    from hpo.trial import trainer
+    from hpo.trial import _trainer as trainer
 
     events = []
     capture = trainer.capture_step

@@ -11,9 +11,9 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Target
-from hpo.trial.speed_record import objective_values, speed_attrs
-from hpo.trial.trainer import TrainResult
-from hpo.verify.cache import MemoryVerdicts
+from hpo.trial._speed_record import objective_values, speed_attrs
+from hpo.trial._trainer import TrainResult
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

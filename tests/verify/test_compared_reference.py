@@ -9,14 +9,14 @@ import pytest
 import torch
 from conftest import toy_config
 
-import hpo.verify.compared_step as compared_step_module
-import hpo.verify.probe as probe_module
+import hpo.verify.probing._compared_step as compared_step_module
+import hpo.verify.probing._probe as probe_module
 from hpo.config.trial import Knobs
-from hpo.verify.bounds import Errors
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.compared import ComparedReference, ReferenceFiles, ReferenceMemory, compared_key
-from hpo.verify.probe import run_probe
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.probing import run_probe
+from hpo.verify.probing._bounds import Errors
+from hpo.verify.probing._kept_reference import ComparedReference, ReferenceFiles, ReferenceMemory, compared_key
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

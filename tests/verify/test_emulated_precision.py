@@ -14,10 +14,9 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
-from hpo.verify import emulated
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.machine_facts import MachineFacts
-from hpo.verify.probe import run_probe
+from hpo.verify.probing import run_probe
+from hpo.verify.stored import MachineFacts, MemoryVerdicts
+from hpo.verify.timing import _emulated as emulated
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -82,7 +81,7 @@ def test_the_measurement_runs_the_precisions_kernels_beside_fp32(precision):
 
 def test_the_probe_rejects_an_emulated_precision_before_building_anything(monkeypatch, tmp_path):
     _emulated_here(monkeypatch, 14.0)
-    monkeypatch.setattr("hpo.verify.probe.AssembledModel", lambda *a, **k: pytest.fail("built a model"))
+    monkeypatch.setattr("hpo.verify.probing._probe.AssembledModel", lambda *a, **k: pytest.fail("built a model"))
     config = dataclasses.replace(toy_config(Knobs(precision="bf16", attention="eager", optimizer="forloop")), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
     result = run_probe(workload, config, CPU, MemoryVerdicts(), timed=False, machine=MachineFacts(tmp_path))

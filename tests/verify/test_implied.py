@@ -4,8 +4,7 @@ contains the whole part."""
 from __future__ import annotations
 
 from hpo.verdicts import Kind, Verdict
-from hpo.verify.implied import implied_failure
-from hpo.verify.store import MemoryVerdicts
+from hpo.verify.stored import MemoryVerdicts, implied_failure
 
 HERE, THERE = "cpu: AMD EPYC", "cpu: Intel Xeon Platinum 8480+"
 

@@ -1,4 +1,4 @@
-"""This machine's facts (`hpo.verify.machine_facts`): a later sweep of the same model, batch and
+"""This machine's facts (`hpo.verify.stored._machine_facts`): a later sweep of the same model, batch and
 software reads what an earlier one proved instead of probing; another model shape, batch or torch
 version is another key; `--fresh` reads nothing; concurrent writers never leave a torn entry; a
 later probe_first decision confirms the stored race with one timing of its front runners."""
@@ -12,12 +12,10 @@ import pytest
 
 from hpo.config.space import parse_space
 from hpo.config.trial import Knobs
-from hpo.strategy import SweepRow, make_decision, sweep
+from hpo.strategy import SweepRow, knobs_key, make_decision, sweep
 from hpo.strategy import _combination as sweep_module
-from hpo.strategy._warm_models import knobs_key
-from hpo.verify import cache
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.machine_facts import MachineFacts
+from hpo.verify.stored import MachineFacts, MemoryVerdicts
+from hpo.verify.stored import _keys as cache
 
 SPACE = {
     "study": {"name": "facts", "strategy": "probe_first"},

@@ -10,10 +10,9 @@ import optuna
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.hardware.runtime import resolve_device
-from hpo.trial.executor import execute
-from hpo.verify.cache import flops_key, reference_key
-from hpo.verify.store import VERDICT_PREFIX, StudyVerdicts
+from hpo.hardware import resolve_device
+from hpo.trial import execute
+from hpo.verify.stored import VERDICT_PREFIX, StudyVerdicts, flops_key, reference_key
 
 DEVICE = resolve_device("cpu")
 

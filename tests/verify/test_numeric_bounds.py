@@ -10,12 +10,12 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
-from hpo.verify.bounds import FLOOR_FACTOR, ORDER_ONE, Errors, bound_from_floor
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.probe import BATCH_STATISTICS_SAMPLES, PROBE_SAMPLES, compared_samples, run_probe
-from hpo.verify.rounding import RoundedTo, round_mantissa
+from hpo.verify.probing._bounds import FLOOR_FACTOR, ORDER_ONE, Errors, bound_from_floor
+from hpo.verify.probing._probe import BATCH_STATISTICS_SAMPLES, PROBE_SAMPLES, compared_samples, run_probe
+from hpo.verify.probing._rounding import RoundedTo, round_mantissa
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

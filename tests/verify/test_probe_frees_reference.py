@@ -14,10 +14,10 @@ import torch
 from conftest import toy_config
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
-from hpo.trial import executor
-from hpo.verify import probe as probe_module
-from hpo.verify.cache import MemoryVerdicts
+from hpo.engine import AssembledModel
+from hpo.trial import _executor as executor
+from hpo.verify.probing import _probe as probe_module
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 TRIAL_KNOBS = Knobs(precision="fp32", attention="sdpa", optimizer="foreach")
@@ -97,7 +97,7 @@ def test_what_the_probe_freed_is_handed_back_before_training(no_gc, built, monke
     """Freed is not enough where the allocator keeps freed memory (glibc here, CUDA's caching
     allocator there): the probe hands it back once the reference is dead, so a trial holds no more
     than the model trained alone would. Each hand-back sees which models are still alive."""
-    from hpo.hardware import memory
+    from hpo.hardware import _memory as memory
 
     handed_back = []
     monkeypatch.setattr(memory, "release_freed_memory", lambda: handed_back.append(_alive(built)))

@@ -9,7 +9,7 @@ from conftest import judged_despite_noise, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
-from hpo.verify.probe import run_probe
+from hpo.verify.probing import run_probe
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -90,7 +90,7 @@ def test_a_knob_that_ran_otherwise_is_rejected(monkeypatch):
 @pytest.mark.slow
 def test_a_precision_this_cpu_emulates_is_slow_from_the_machine_fact(tmp_path, monkeypatch):
     """fp16 matmuls on a CPU without fp16 units run one to two orders of magnitude slower: proven
-    once for the machine (`hpo.verify.emulated`), and the probe rejects fp16 for any model from it."""
+    once for the machine (`hpo.verify.timing._emulated`), and the probe rejects fp16 for any model from it."""
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
         pytest.skip("this CPU has native fp16 matmuls")
     monkeypatch.setenv("HPO_MACHINE_FACTS", str(tmp_path))
@@ -104,7 +104,7 @@ def test_a_precision_this_cpu_emulates_is_slow_from_the_machine_fact(tmp_path, m
 def test_working_but_much_slower_combination_is_flagged_with_its_ratio(monkeypatch):
     """With no machine fact that settles it (a stored ratio under the threshold), the per-model
     proof times fp16 beside fp32: one to two orders of magnitude slower on a CPU without fp16 units."""
-    monkeypatch.setattr("hpo.verify.probe.emulated_slow", lambda *args: None)
+    monkeypatch.setattr("hpo.verify.probing._probe.emulated_slow", lambda *args: None)
     knobs = Knobs(precision="fp16", attention="eager", optimizer="fused")
     result = judged_despite_noise(lambda: probe(knobs, skip_slow=True, slow_ratio=3.0, d_model=384, seq_len=64, n_blocks=1))
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
@@ -118,7 +118,7 @@ def test_working_but_much_slower_combination_is_flagged_with_its_ratio(monkeypat
 
 
 def test_the_finite_check_of_gradients_is_exact_where_a_norm_would_overflow():
-    from hpo.verify.compared_step import _all_finite
+    from hpo.verify.probing._compared_step import _all_finite
 
     huge = [torch.full((4,), 3e38), torch.ones(3)]  # finite, though their norm overflows fp32
     assert torch.isinf(torch.linalg.vector_norm(huge[0]))

@@ -1,5 +1,5 @@
 """The probe verifies the step that training runs: its compared steps (reference and trial) run in
-train mode, with every dropout probability 0 for them (`hpo.verify.dropout_off`), so a module whose
+train mode, with every dropout probability 0 for them (`hpo.verify.probing._dropout_off`), so a module whose
 backward needs train mode (cuDNN's RNN) works, and the comparison stays deterministic for every
 built-in workload, each with its dropouts turned up."""
 
@@ -11,11 +11,10 @@ from builtin_tiny import TINY_OPTIONS, builtin_config
 from contracts.fakes.cudnn_rnn import CUDNN_RNN_EVAL_BACKWARD, CudnnLikeLSTM, patched_lstm
 
 from hpo.config.trial import Knobs
-from hpo.engine.assembly import AssembledModel
-from hpo.verify.compared_step import loss_and_grads
-from hpo.verify.dropout_off import _dropout_settings
-from hpo.verify.probe import run_probe
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.engine import AssembledModel
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.probing import loss_and_grads, run_probe
+from hpo.verify.probing._dropout_off import _dropout_settings
 from hpo.workloads.catalog import BUILTIN_WORKLOADS, create_workload
 
 CPU = torch.device("cpu")

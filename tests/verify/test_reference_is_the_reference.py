@@ -12,8 +12,8 @@ from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts
-from hpo.verify.probe import run_probe
+from hpo.verify.probing import run_probe
+from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hpo.hardware import allocator
-from hpo.verify import reference
-from hpo.verify.reference import MAX_STEPS, MIN_TIMED_S, full_step_bytes, time_until_steady
+from hpo.hardware import _allocator as allocator
+from hpo.verify.timing import _reference_time as reference
+from hpo.verify.timing._reference_time import MAX_STEPS, MIN_TIMED_S, full_step_bytes, time_until_steady
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -72,12 +72,12 @@ def test_the_prefault_covers_the_optimizer_state_and_the_samples_the_compared_st
 _TIMING = """
 import json, sys, torch
 from hpo.config.trial import TrainingConfig
-from hpo.engine.assembly import AssembledModel
-from hpo.engine.step import run_step
-from hpo.hardware import allocator
-from hpo.hardware.memory import resident_bytes
-from hpo.verify import reference
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
+from hpo.engine._assembly import AssembledModel
+from hpo.engine._step import run_step
+from hpo.hardware import _allocator as allocator
+from hpo.hardware._memory import resident_bytes
+from hpo.verify.timing import _reference_time as reference
+from hpo.verify.fault._reference_knobs import REFERENCE_KNOBS
 from hpo.workloads.catalog import create_workload
 
 allocator.keep_freed_memory()
@@ -120,8 +120,8 @@ def test_every_reference_step_run_is_a_timed_one(monkeypatch):
     import torch
 
     from hpo.config.trial import TrainingConfig
-    from hpo.engine.assembly import AssembledModel
-    from hpo.verify.reference_knobs import REFERENCE_KNOBS
+    from hpo.engine import AssembledModel
+    from hpo.verify.fault import REFERENCE_KNOBS
     from hpo.workloads.catalog import create_workload
 
     run = []

@@ -1,4 +1,4 @@
-"""The runnable-here check (`hpo.verify.runnable`) has two layers, and each would hide the other's
+"""The runnable-here check (`hpo.verify.machine._kernel_check`) has two layers, and each would hide the other's
 bug: a value's registry needs (a package, a device type, a probe), then its kernel run once with
 the refusals `known_failures` knows. Each is tested here with the other taken out. On this CPU the
 optional GPU packages (xformers, flash-attn, apex) are missing, as the rules for this project keep
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from hpo.hardware import probes
-from hpo.verify import runnable
+from hpo.verify.machine import _kernel_check as runnable
 
 CUDA = torch.device("cuda")  # a device type, no GPU needed: the needs layer builds no tensor
 CPU = torch.device("cpu")

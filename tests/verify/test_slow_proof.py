@@ -12,12 +12,11 @@ import torch
 from conftest import judged_despite_noise, slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
-from hpo.trial.executor import execute
+from hpo.trial import execute
 from hpo.verdicts import Kind
-from hpo.verify.cache import MemoryVerdicts, reference_key
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.slow import SlowLimit
-from hpo.verify.slow_proof import prove_slow, time_knobs
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.stored import MemoryVerdicts, reference_key
+from hpo.verify.timing import SlowLimit, prove_slow, time_knobs
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

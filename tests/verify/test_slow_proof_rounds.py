@@ -16,11 +16,11 @@ from conftest import judged_despite_noise, slow_foreach_adamw, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.verdicts import Kind
-from hpo.verify import side_by_side, steady
-from hpo.verify import slow_proof as speed
-from hpo.verify.reference_knobs import REFERENCE_KNOBS
-from hpo.verify.slow import SlowLimit
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes
+from hpo.verify.fault import REFERENCE_KNOBS
+from hpo.verify.timing import DEFAULT_POLICY, SlowLimit, StepTimes
+from hpo.verify.timing import _side_by_side as side_by_side
+from hpo.verify.timing import _slow_proof as speed
+from hpo.verify.timing import _steady as steady
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -100,7 +100,7 @@ def test_a_warm_model_of_the_whole_combination_is_timed_without_a_build_or_an_un
     """`hpo probe` hands the proof the trial's model it has just timed: the subset that is the whole
     combination is timed on it, never rebuilt and never warmed up again (an emulated bf16 step took
     17 s on one AVX2 core)."""
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)
@@ -220,7 +220,7 @@ def test_the_steps_a_probe_just_timed_on_its_warm_model_are_the_first_rounds(mon
     """`hpo probe` hands over the trial's model with the steps it timed on it: the proof's first
     round times only as many reference steps beside them (an emulated bf16 step took 17 s on one
     AVX2 core)."""
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)
@@ -250,19 +250,20 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
     model (one step after an untimed one, as probe_first's sweep does), finds it over the limit, and
     the proof it runs gets that very model and those very steps: its first round times no step of
     the knobs again."""
-    import hpo.verify.probe as probe
-    from hpo.verify.cache import MemoryVerdicts
-    from hpo.verify.steady import ONE_STEP
+    import hpo.verify.probing._probe as probe
+    import hpo.verify.probing._speed as probe_speed
+    from hpo.verify.stored import MemoryVerdicts
+    from hpo.verify.timing import ONE_STEP
 
     slow_foreach_adamw(monkeypatch, 0.5)
     handed: list[dict] = []
-    prove = probe.prove_slow
+    prove = probe_speed.prove_slow
 
     def recording(*args, **kwargs):
         handed.append(kwargs)
         return prove(*args, **kwargs)
 
-    monkeypatch.setattr(probe, "prove_slow", recording)
+    monkeypatch.setattr(probe_speed, "prove_slow", recording)
     config = dataclasses.replace(toy_config(KNOBS), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
 
@@ -333,9 +334,9 @@ def test_the_knobs_steps_are_stopped_past_the_limit_and_the_verdict_says_at_leas
 def test_a_probe_stops_a_slow_step_at_the_limit_and_records_its_time_as_a_lower_bound(monkeypatch):
     # 1 s, not 0.5: the proof stops a step 1.5x past the limit against the reference's median step,
     # and at a load of 15 on 2 cores that came to over 500 ms for this toy.
-    import hpo.verify.probe as probe
-    from hpo.verify.cache import MemoryVerdicts
-    from hpo.verify.steady import ONE_STEP
+    import hpo.verify.probing._probe as probe
+    from hpo.verify.stored import MemoryVerdicts
+    from hpo.verify.timing import ONE_STEP
 
     per_step = _sleeping_sdpa(monkeypatch, 1.0)
     config = dataclasses.replace(toy_config(SDPA_KNOBS, **LONGER), skip_slow=True)
@@ -354,8 +355,8 @@ def test_a_probe_step_stopped_against_a_quieter_reference_is_timed_whole_when_th
     """Fault: the stored reference time is 1 us (timed, say, when the machine was idle), so the
     probe's step of plain knobs is stopped at once; timed beside the reference now they are not
     slow, and the probe records a whole step of them, not the stopped one."""
-    import hpo.verify.probe as probe
-    from hpo.verify.cache import MemoryVerdicts, reference_key
+    import hpo.verify.probing._probe as probe
+    from hpo.verify.stored import MemoryVerdicts, reference_key
 
     config = dataclasses.replace(toy_config(KNOBS), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
@@ -370,7 +371,7 @@ def test_a_probe_step_stopped_short_of_the_limit_now_is_timed_again_in_the_first
     """The probe stops its step against the stored reference time; timed anew in the proof, the
     reference is slower (say 10% here), and the stopped step's time, under the limit now, shows
     neither slow nor not: the first round times a step of the knobs instead of clearing them."""
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     config = toy_config(KNOBS)
     workload = create_workload(config.workload, config.workload_options)

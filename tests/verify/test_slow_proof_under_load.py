@@ -8,7 +8,7 @@ exponential with mean 0.35, so every step is inflated by what its own stretch of
 steps of the reference spread 1.48x from fastest to slowest at the median proof, as the plain loop
 measured under the benchmark's load (648-984 ms, 1.52x). Time runs on across the steps of a proof,
 untimed ones included, and a step stopped past its bound returns its time so far, as
-`hpo.verify.step_deadline` does."""
+`hpo.verify.timing._step_deadline` does."""
 
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from collections import Counter
 import pytest
 
 from hpo.config.trial import Knobs
-from hpo.verify import side_by_side
-from hpo.verify import slow_proof as speed
-from hpo.verify.side_by_side import MAX_REFERENCE_SPREAD, SideBySide
-from hpo.verify.slow import SlowLimit
-from hpo.verify.steady import DEFAULT_POLICY, StepTimes
+from hpo.verify.timing import DEFAULT_POLICY, SlowLimit, StepTimes
+from hpo.verify.timing import _side_by_side as side_by_side
+from hpo.verify.timing import _slow_proof as speed
+from hpo.verify.timing._side_by_side import MAX_REFERENCE_SPREAD, SideBySide
 
 REFERENCE_WORK_MS = 700.0
 LIMIT = 1.5  # the benchmark's slow_ratio

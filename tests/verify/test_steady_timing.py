@@ -1,4 +1,4 @@
-"""The one timing policy (`hpo.verify.steady`): untimed steps first, then repeats until the fastest
+"""The one timing policy (`hpo.verify.timing._steady`): untimed steps first, then repeats until the fastest
 agree or a cap is reached; one slow step never ends a timing, and never is the speed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from hpo.verify.steady import StepTimes, TimingPolicy, time_steps
+from hpo.verify.timing._steady import StepTimes, TimingPolicy, time_steps
 
 CPU = torch.device("cpu")
 

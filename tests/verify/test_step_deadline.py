@@ -1,4 +1,4 @@
-"""A timed step stopped past its bound (`hpo.verify.step_deadline`, `time_model(stop_past_ms=)`):
+"""A timed step stopped past its bound (`hpo.verify.timing._step_deadline`, `time_model(stop_past_ms=)`):
 faults make a step slow in its forward or in its backward by sleeping, a slowdown no machine
 load can shorten; the stop must come in that very phase, leave no gradient behind, and never
 touch a step that finishes under the bound."""
@@ -11,9 +11,9 @@ import pytest
 import torch
 from conftest import toy_config
 
-from hpo.engine.assembly import AssembledModel
-from hpo.verify.steady import TimingPolicy, time_model
-from hpo.verify.step_deadline import Outlasted, StepDeadline, deadline_for
+from hpo.engine import AssembledModel
+from hpo.verify.timing import TimingPolicy, time_model
+from hpo.verify.timing._step_deadline import Outlasted, StepDeadline, deadline_for
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")

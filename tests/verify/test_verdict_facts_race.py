@@ -9,8 +9,8 @@ import multiprocessing
 
 import optuna
 
-from hpo.storage.open import open_storage
-from hpo.verify.store import StudyVerdicts
+from hpo.storage import open_storage
+from hpo.verify.stored import StudyVerdicts
 
 KEYS = [f"fact-{i}" for i in range(40)]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import optuna
 import sqlalchemy.exc
 
-from hpo.reporting.notes import DashboardNotes
-from hpo.storage.optuna_compat import storage_of
+from hpo.reporting import DashboardNotes
+from hpo.storage import storage_of
 
 
 def _failing_notes_study(monkeypatch) -> optuna.Study:

@@ -1,5 +1,5 @@
 """Connections to the database while a real multi-worker study runs: at most one per worker at
-peak, none for a worker with nothing to do (`hpo.storage.pools`)."""
+peak, none for a worker with nothing to do (`hpo.storage._pools`)."""
 
 from __future__ import annotations
 

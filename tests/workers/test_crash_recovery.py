@@ -10,9 +10,9 @@ import pytest
 from optuna.trial import TrialState
 from optuna_dashboard._note import get_note_from_system_attrs
 
-from hpo.hardware.oom_kills import oom_kill_counter
+from hpo.hardware import oom_kill_counter
 from hpo.records import check_trial_attrs
-from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
+from hpo.storage import storage_of, study_id_of, trial_id_of
 from worker_harness import (
     STUDY,
     alive,

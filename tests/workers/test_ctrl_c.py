@@ -50,7 +50,7 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_removes_its_files_and_exits_
         assert run.poll() is None, log.read_text()[-3000:]
         folders = list(temp.glob("hpo-reference-*"))
         # A worker with trial processes shares the probe's reference through a folder; an in-process
-        # worker keeps it in memory and writes none (hpo.verify.compared.ReferenceMemory).
+        # worker keeps it in memory and writes none (hpo.verify.probing._kept_reference.ReferenceMemory).
         assert len(folders) == (1 if mode == "trial-process" else 0), folders
         started = descendants(run.pid)  # the forkserver and the trial process, with trial processes
         os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group

@@ -12,7 +12,7 @@ import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 from web import free_port, get_json, rendered_dom
 
-from hpo.storage.optuna_compat import storage_of, study_id_of, trial_id_of
+from hpo.storage import storage_of, study_id_of, trial_id_of
 from worker_harness import STUDY, hpo, hpo_env, space_file
 
 

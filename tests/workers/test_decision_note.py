@@ -10,8 +10,8 @@ import contextlib
 import optuna
 import pytest
 
-from hpo.reporting.sweep_decision import KEPT_ATTR
-from hpo.runtime import workers
+from hpo.reporting import KEPT_ATTR
+from hpo.runtime import _workers as workers
 
 
 class _Tickets:
@@ -67,7 +67,7 @@ def test_a_joint_study_note_waits_for_the_workers_end(claim_loop):
 
 def test_the_sweep_stores_its_decision_and_writes_no_note(monkeypatch):
     from hpo.config.space import parse_space
-    from hpo.storage.optuna_compat import storage_of, study_id_of
+    from hpo.storage import storage_of, study_id_of
     from hpo.strategy import _probe_first as probe_first
 
     monkeypatch.setattr(probe_first, "sweep", lambda *args, **kwargs: [])

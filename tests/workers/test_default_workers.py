@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hpo.runtime import placement
+from hpo.runtime import _placement as placement
 
 
 def test_one_worker_per_visible_gpu_when_a_driver_is_present(monkeypatch, tmp_path):

@@ -12,9 +12,9 @@ from optuna.trial import TrialState
 
 from hpo.errors import ExitCode
 from hpo.records import check_trial_attrs
-from hpo.storage.open import open_storage
-from hpo.study.avoid import known_bad_parts
-from hpo.verify.store import StudyVerdicts
+from hpo.storage import open_storage
+from hpo.study._avoid import known_bad_parts
+from hpo.verify.stored import StudyVerdicts
 from worker_harness import STUDY, hpo, space_file, tickets, trials
 
 FAULTY = "fault_workloads:Faulty"

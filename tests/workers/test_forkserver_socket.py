@@ -13,7 +13,7 @@ import pytest
 START = """
 import multiprocessing.util, os, sys, tempfile
 from hpo.config.space import parse_space
-from hpo.runtime.forkserver import start_forkserver
+from hpo.runtime._forkserver import start_forkserver
 space = parse_space({
     "study": {"name": "long-tmpdir"},
     "workload": {"name": "causal_lm", "d_model": 32, "n_layers": 1, "seq_len": 16, "max_steps": 2},
@@ -51,7 +51,7 @@ def test_the_forkserver_starts_and_forks_under_a_tmpdir_too_long_for_a_socket_pa
 
 # No short folder to move to: the error states the rule and the fix, before any forkserver starts.
 NOWHERE = """
-import hpo.runtime.forkserver as forkserver
+import hpo.runtime._forkserver as forkserver
 forkserver._SHORT_FOLDERS = ()
 forkserver.short_socket_folder()
 """

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from hpo.config.space import parse_space
-from hpo.runtime.forkserver_warmup import WARMUP_ENV, warmup_env
+from hpo.runtime._forkserver_warmup import WARMUP_ENV, warmup_env
 
 SPACE = {
     "study": {"name": "warm"},
@@ -22,7 +22,7 @@ PROBE = """
 import os, sys, torch, torch.profiler
 started = []
 torch.profiler.profile.start = lambda self: started.append(self)
-import hpo.runtime.forkserver_warmup
+import hpo.runtime._forkserver_warmup
 from hpo.workloads import causal_lm
 print(causal_lm.load_corpus.cache_info().currsize, os.environ.get(sys.argv[1]), torch.get_num_threads(), len(started),
       "torch._dynamo" in sys.modules)

@@ -15,8 +15,9 @@ from parallel_ranks import two_rank_config
 from hpo.config.space import parse_space
 from hpo.errors import UserInputError
 from hpo.parallel.group import rank_device
-from hpo.runtime import placement, workers
-from hpo.trial.ranks import check_ranks_can_run
+from hpo.runtime import _placement as placement
+from hpo.runtime import _workers as workers
+from hpo.trial._ranks import check_ranks_can_run
 
 
 def visible_on(host_gpus: int, listed: str | None) -> int:

@@ -1,4 +1,4 @@
-"""The worker asks the sampler and hands the trial to its trial process (hpo.runtime.handed): the
+"""The worker asks the sampler and hands the trial to its trial process (hpo.runtime._handed): the
 trial process reads none of the study's trials, and trains with the params its worker asked."""
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ import pytest
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from hpo.runtime import handed
-from hpo.runtime.budget import bind_ticket, tickets_of
-from hpo.runtime.child import run_one_trial
-from hpo.runtime.handed import ask_in_worker
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import trial_id_of
-from hpo.study.create import open_hpo_study
+from hpo.runtime import _handed as handed
+from hpo.runtime import ask_in_worker, bind_ticket, tickets_of
+from hpo.runtime._child import run_one_trial
+from hpo.storage import open_storage, trial_id_of
+from hpo.study import open_hpo_study
 from worker_harness import STUDY, create_study, space_file
 
 EARLIER_TRIALS = 5

@@ -11,7 +11,7 @@ import signal
 import pytest
 from optuna.trial import TrialState
 
-from hpo.storage.retry import UNFINISHED
+from hpo.storage import UNFINISHED
 from worker_harness import alive, create_study, hpo, kill_group, space_file, start_worker, tickets, trials, wait_for
 
 CRASHY = "crashy_workloads:Crashy"

@@ -13,9 +13,9 @@ from optuna.trial import TrialState
 from space_files import write_space
 
 from hpo.config.space import load_space
-from hpo.runtime.budget import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
-from hpo.storage.open import open_storage
-from hpo.study.create import create_or_resume
+from hpo.runtime._ticket_claims import LOST, BindOnStart, ClaimLost, bind_ticket, tickets_of
+from hpo.storage import open_storage
+from hpo.study import create_or_resume
 from worker_harness import ROOT, STUDY, create_study, hpo_env, space_file, tickets, trials
 
 SPACE = {
@@ -70,10 +70,10 @@ def test_a_waiting_retry_taken_on_a_reaped_claim_goes_back_to_the_queue(study):
 
 CHILD_ON_A_REAPED_CLAIM = """
 import sys
-from hpo.storage.open import open_storage
-from hpo.runtime.budget import ClaimKeeper, tickets_of
-from hpo.study.create import open_hpo_study
-from hpo.runtime.child_trials import ChildTrials
+from hpo.storage._open import open_storage
+from hpo.runtime._ticket_claims import ClaimKeeper, tickets_of
+from hpo.study._create import open_hpo_study
+from hpo.runtime._child_trials import ChildTrials
 
 study, space = open_hpo_study(open_storage(sys.argv[1]), sys.argv[2])
 tickets = tickets_of(study)

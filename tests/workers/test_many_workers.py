@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from hpo.records import check_trial_attrs
-from hpo.storage.open import GRACE_PERIOD_S
+from hpo.storage._open import GRACE_PERIOD_S
 from worker_harness import SECRET, STUDY, descendants, hpo, hpo_env, space_file, tickets, trials
 
 

@@ -35,11 +35,11 @@ WORKER_WITH_A_COUNTER = """
 import sys
 from pathlib import Path
 
-import hpo.runtime.child_trials as child_trials
-from hpo.hardware.oom_kills import OomKillCounter
-from hpo.runtime.workers import run_worker
-from hpo.storage.open import open_storage
-from hpo.study.create import open_hpo_study
+import hpo.runtime._child_trials as child_trials
+from hpo.hardware._oom_kills import OomKillCounter
+from hpo.runtime._workers import run_worker
+from hpo.storage._open import open_storage
+from hpo.study._create import open_hpo_study
 
 # The kernel's count, which a test cannot raise without running a machine out of memory: a file the
 # trial's workload raises before it SIGKILLs itself.

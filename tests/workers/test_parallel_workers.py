@@ -19,7 +19,7 @@ from space_files import write_space
 
 from hpo.errors import ExitCode
 from hpo.records import check_trial_attrs
-from hpo.storage.open import GRACE_PERIOD_S
+from hpo.storage._open import GRACE_PERIOD_S
 from worker_harness import ROOT, STUDY, alive, create_study, descendants, hpo_env, kill_group, tickets, trials, wait_for
 
 N_TRIALS, MAX_STEPS = 4, 3

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from hpo.config.space import parse_space
-from hpo.runtime.reference_folders import reference_folder
-from hpo.runtime.workers import run_worker
-from hpo.study.create import create_or_resume
-from hpo.verify.compared import ReferenceFiles
+from hpo.runtime import run_worker
+from hpo.runtime._reference_folders import reference_folder
+from hpo.study import create_or_resume
+from hpo.verify.probing import ReferenceFiles
 from worker_harness import hpo, hpo_env, space_file, trials
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from hpo.runtime.deadline import InProcessDeadline, TrialTimeout
-from hpo.runtime.interrupts import Stopped, stop_on_signals
+from hpo.runtime._interrupts import Stopped, stop_on_signals
+from hpo.runtime._trial_timeout import InProcessDeadline, TrialTimeout
 
 
 @pytest.fixture

@@ -10,10 +10,9 @@ import pytest
 from optuna.trial import TrialState
 
 from hpo.config.space import parse_space
-from hpo.runtime.budget import BindOnStart
-from hpo.runtime.child_trials import crash_verdict
-from hpo.runtime.guard import GuardedObjective, sampler_for_ticket
-from hpo.storage.retry import UNFINISHED
+from hpo.runtime import BindOnStart, GuardedObjective, sampler_for_ticket
+from hpo.runtime._child_trials import crash_verdict
+from hpo.storage import UNFINISHED
 
 
 def _run(objective) -> optuna.trial.FrozenTrial:

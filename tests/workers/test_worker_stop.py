@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 
 from hpo.app import cli
 from hpo.errors import ExitCode
-from hpo.runtime import workers
-from hpo.runtime.reference_folders import remove_orphaned_folders
-from hpo.runtime.runners import TrialsCannotStart
+from hpo.runtime import TrialsCannotStart
+from hpo.runtime import _workers as workers
+from hpo.runtime._reference_folders import remove_orphaned_folders
 from worker_harness import ROOT, STUDY, alive, create_study, hpo_env, kill_group, space_file, tickets, trials, wait_for
 
 CRASHY = "crashy_workloads:Crashy"

@@ -14,10 +14,8 @@ import optuna
 from space_files import write_space
 
 from hpo.config.space import load_space
-from hpo.storage.open import open_storage
-from hpo.storage.optuna_compat import engine_of
-from hpo.storage.tickets import TicketBudget
-from hpo.study.create import create_or_resume
+from hpo.storage import TicketBudget, engine_of, open_storage
+from hpo.study import create_or_resume
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "workers"

@@ -189,7 +189,7 @@ def test_empty_file_and_differing_label_sets_are_refused(model_dir, files, tmp_p
 @pytest.mark.slow
 def test_a_compiled_model_trains_and_evaluates_batches_of_every_width(model_dir, files, tmp_path):
     from hpo.config.trial import Knobs, TrainingConfig
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     torch._dynamo.reset()
     workload = create_workload("hf_text_classification", options(model_dir, files, tmp_path))

@@ -7,8 +7,8 @@ import pytest
 
 from hpo.config.space import load_space
 from hpo.config.trial import LoaderSettings
-from hpo.engine.loader import trial_loader
-from hpo.engine.loader_stream import batch_checksum
+from hpo.engine._loader import trial_loader
+from hpo.engine._loader_stream import batch_checksum
 from hpo.workloads.dataset_batches import epochs
 from hpo.workloads.png_images import PngImages, write_images
 

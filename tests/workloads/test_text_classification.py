@@ -264,7 +264,7 @@ def _metrics_at_full_width(workload: TextClassification, model) -> dict[str, flo
 @pytest.mark.slow
 def test_a_compiled_model_evaluates_every_cut_width_with_one_set_of_graphs():
     from hpo.config.trial import Knobs, TrainingConfig
-    from hpo.engine.assembly import AssembledModel
+    from hpo.engine import AssembledModel
 
     knobs = Knobs(compile="default", precision="fp32", attention="sdpa", optimizer="fused")
     training = TrainingConfig(lr=1e-3, batch_size=16, max_steps=1, eval_every=1, compile_backend="eager")

@@ -1,0 +1,144 @@
+"""The one memory meter: a trial's peak memory (CUDA allocator or CPU resident set)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+from collections.abc import Iterator
+
+import torch
+
+from hpo.hardware._allocator import release_freed_memory
+
+__all__ = ["MemoryMeter", "ResidentPeak", "enforced_limit", "free_memory", "hand_back_freed", "resident_bytes"]
+
+# The limit this process's CPU meters enforce while inside `enforced_limit`; None: none.
+_CPU_LIMIT_BYTES: int | None = None
+
+
+@contextlib.contextmanager
+def enforced_limit(device: torch.device, limit_bytes: int | None) -> Iterator[None]:
+    """While inside, a step over `limit_bytes` fails as out of memory: on a CPU every meter's sample
+    over it raises MemoryError (hpo's own meter: the resident set after forward); on CUDA the
+    allocator is capped at the limit (`set_per_process_memory_fraction`) and raises
+    torch.OutOfMemoryError itself."""
+    global _CPU_LIMIT_BYTES
+    if limit_bytes is None:
+        yield
+        return
+    if device.type == "cuda":
+        # set_per_process_memory_fraction takes an ordinal only: a bare "cuda" raised ValueError (H200, torch 2.11).
+        index = torch.cuda.current_device() if device.index is None else device.index
+        total = torch.cuda.mem_get_info(index)[1]
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total), index)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, index)
+        return
+    previous, _CPU_LIMIT_BYTES = _CPU_LIMIT_BYTES, limit_bytes
+    try:
+        yield
+    finally:
+        _CPU_LIMIT_BYTES = previous
+
+
+class MemoryMeter:
+    """Peak memory of one trial. CUDA: the allocator's peak since reset. CPU: the largest resident
+    set sampled at the step's high-water marks (after forward, when activations are alive), so
+    it is this trial's own figure even when trials share a process (ru_maxrss never resets)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak_bytes = device, 0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def sample(self) -> None:
+        if self.device.type != "cuda":
+            resident = resident_bytes()
+            self.peak_bytes = max(self.peak_bytes, resident)
+            if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
+                raise MemoryError(
+                    f"resident set {resident / 2**30:.2f} GB > memory_limit_gb {_CPU_LIMIT_BYTES / 2**30:.2f} (hpo's CPU meter)"
+                )
+
+    @property
+    def peak_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return self.peak_bytes / 2**20
+
+
+class ResidentPeak:
+    """The largest resident set a thread samples every `interval_s` while inside: a CPU step's true
+    high-water mark, where `MemoryMeter` reads only after forward. Under gradient checkpointing the
+    step peaks inside backward (each block's recomputed activations), which the after-forward read
+    misses: fitted to it, `batch_size: auto` chose a batch whose training went over the limit
+    (docs/memory.md). Used for the few steps the peak model is fitted and confirmed on."""
+
+    def __init__(self, interval_s: float = 0.0005):
+        self.interval_s, self.peak_bytes = interval_s, 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> ResidentPeak:
+        self.peak_bytes = resident_bytes()
+        self._thread = threading.Thread(target=self._sample, name="hpo-resident-peak", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, resident_bytes())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_bytes = max(self.peak_bytes, resident_bytes())
+
+
+def resident_bytes() -> int:
+    """This process's resident set in bytes (on Linux; elsewhere its peak so far). Read after every
+    training forward, so from a file kept open: opening /proc/self/statm each time cost several
+    times a read from the open file, every step (docs/benchmarks/vs-bare.md)."""
+    try:
+        return int(os.pread(_statm(), 128, 0).split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):  # not Linux: fall back to the process peak
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_statm_fd: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own /proc/self
+
+
+def _statm() -> int:
+    global _statm_fd
+    pid = os.getpid()
+    if _statm_fd is None or _statm_fd[0] != pid:
+        _statm_fd = (pid, os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
+    return _statm_fd[1]
+
+
+def free_memory(device: torch.device) -> None:
+    """Collect what a finished model left behind, and on CUDA hand the cached blocks back, before
+    the next model (or the next trial) is built."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def hand_back_freed(device: torch.device) -> None:
+    """Hand back to the system the memory already freed, without collecting garbage: on CUDA the
+    caching allocator's unused blocks, on a CPU the C heap's free pages (which the allocator keeps,
+    `hpo.hardware._allocator`). After the probe, so that what it freed (the reference, the prefault
+    of its timing) is not held through the training that follows: a model trained alone holds none
+    of it."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    else:
+        release_freed_memory()

@@ -1,0 +1,176 @@
+"""Train a `LightningWorkload` trial through Lightning's own Trainer, with hpo's knobs mapped onto
+Lightning's mechanisms and the same evidence, guards and records as hpo's loop.
+
+- precision: the Lightning string of hpo's precision plugin (fp32 -> "32-true", bf16 -> "bf16-mixed",
+  fp16 -> "16-mixed", with Lightning's GradScaler);
+- optimizer implementation: the optimizer `configure_optimizers` returns is rebuilt with the trial's
+  implementation (same class, groups and hyperparameters), or the trial gets a verdict;
+- gradient checkpointing on the workload's blocks, torch.compile of the module, attention through
+  hpo's attention function (the workload receives it).
+
+A callback (`hpo.trial._lightning_callback`) profiles one training step to observe what ran, times
+the steady-state steps, samples memory, stops on a non-finite loss or a collapsed fp16 scale, and
+reports each validation to the study (which may prune). Lightning writes no logs or checkpoints: they are off, and its root folder
+is a temporary one, so nothing lands in the working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+import tempfile
+import warnings
+from types import SimpleNamespace
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.errors import KnobUnavailable
+from hpo.hardware import MemoryMeter
+from hpo.knobs.attention_kernels import pinned_kernel
+from hpo.knobs.compiled_graphs import GraphRecord, compile_model
+from hpo.knobs.optimizer_impl import with_implementation
+from hpo.knobs.precision_plugins import precision_plugin
+from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.registry import PRECISION_SPECS
+from hpo.knobs.systems import applied_to_process
+from hpo.torch_compat import install_scheduler_tracked_step
+from hpo.trial._lightning_callback import callback_class
+from hpo.trial._trainer import EvalCallback, TrainResult
+from hpo.workloads.lightning import LightningWorkload
+
+__all__ = ["lightning_device", "lightning_precision", "train_lightning"]
+
+
+def lightning_precision(precision: str, device_type: str) -> str:
+    """Lightning's precision string for hpo's precision knob value, from hpo's precision plugin."""
+    return precision_plugin(precision, device_type).lightning
+
+
+def _closure_first(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Lightning hands its training closure (forward, backward, gradient clipping) to
+    `optimizer.step`, and torch runs it inside the step's profiler range, where clipping's foreach
+    kernels would pass for the optimizer's. Run the closure first, as torch's optimizers do
+    themselves, so the range holds only the update and the optimizer's evidence is its own."""
+    update = optimizer.step
+
+    def step(closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        update()
+        return loss
+
+    install_scheduler_tracked_step(optimizer, step)  # the scheduler checks for its wrapper; this one does its job
+    return optimizer
+
+
+def _rebuilt(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    return _closure_first(with_implementation(optimizer, impl))
+
+
+def _rebuild_optimizers(returned, impl: str):
+    """`configure_optimizers`' return value with every optimizer rebuilt for `impl`; schedulers are
+    pointed at the rebuilt optimizer (they keep their state: initial_lr lives in the groups)."""
+    if isinstance(returned, torch.optim.Optimizer):
+        return _rebuilt(returned, impl)
+    if isinstance(returned, dict):
+        new = dict(returned, optimizer=_rebuilt(returned["optimizer"], impl))
+        scheduler = new.get("lr_scheduler")
+        target = scheduler.get("scheduler") if isinstance(scheduler, dict) else scheduler
+        if target is not None:
+            target.optimizer = new["optimizer"]
+        return new
+    raise KnobUnavailable(
+        "optimizer: hpo applies the optimizer knob to configure_optimizers returning one optimizer "
+        f"or a dict with 'optimizer'; got {type(returned).__name__}"
+    )
+
+
+def train_lightning(
+    workload: LightningWorkload, config: TrialConfig, device: torch.device, on_eval: EvalCallback | None = None
+) -> TrainResult:
+    import lightning.pytorch as pl
+
+    knobs, training = config.knobs, config.training
+    if PRECISION_SPECS[knobs.precision].lightning == "16-mixed" and device.type == "cpu":
+        # Lightning's accelerator connector swaps 16-mixed for bf16-mixed on CPU with a warning.
+        raise KnobUnavailable(
+            f"precision={knobs.precision}: Lightning's Trainer runs no {knobs.precision} mixed precision on CPU "
+            "(it would substitute bf16-mixed); use bf16, or hpo's own loop for fp16",
+            [("precision", knobs.precision)],
+        )
+    module = workload.build_model(knobs.attention)
+    recompute, graphs = RecomputeCounter(), GraphRecord()
+    blocks = workload.checkpoint_blocks(module)
+    if knobs.grad_checkpointing:
+        enable_checkpointing(blocks, recompute)
+    elif not knobs.compile:
+        count_block_runs(blocks, recompute)
+    original = module.configure_optimizers
+    module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
+    fitted = (
+        compile_model(module, knobs.compile, training.compile_backend, graphs, knobs=knobs.as_dict()) if knobs.compile else module
+    )
+    view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device), in_step={})
+    callback = callback_class()(view, config, workload, on_eval)
+    train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
+    with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
+        trainer = pl.Trainer(
+            **lightning_device(device), precision=lightning_precision(knobs.precision, device.type),
+            max_steps=training.max_steps, val_check_interval=training.eval_every, check_val_every_n_epoch=None,
+            num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[callback],
+        )  # fmt: skip
+        # The SDPA kernel is pinned as in hpo's loop (engine/assembly.py), so SDPA raises rather than
+        # quietly dispatching another kernel, in training and in every validation.
+        # Process knobs are in force for the whole fit, its steps and validations alike.
+        with pinned_kernel(knobs.attention), applied_to_process(knobs.as_dict(), device.type), callback.capture_closed():
+            trainer.fit(fitted, train_loader, val_loader)
+            if not callback.history or callback.history[-1][0] != trainer.global_step:
+                trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
+    return _result(callback, module, view)
+
+
+def lightning_device(device: torch.device) -> dict:
+    """Lightning's accelerator and devices for hpo's resolved device: the same GPU index hpo's
+    meter and evidence use (`devices=1` would let Lightning pick its own first device)."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return {"accelerator": "gpu", "devices": [index]}
+    return {"accelerator": "cpu", "devices": 1}
+
+
+def _result(callback, module: torch.nn.Module, view: SimpleNamespace) -> TrainResult:
+    step_s = statistics.median(callback.step_times) if callback.step_times else float("nan")
+    return TrainResult(
+        metrics=callback.history[-1][1],
+        knobs_observed=callback.observed,
+        step_time_ms=1000 * step_s,
+        train_samples_per_s=callback.tally.train_samples_per_s(),
+        steady_samples_per_s=callback.tally.steady_samples_per_s(),
+        peak_mem_mb=view.memory.peak_mb,
+        n_params=sum(p.numel() for p in module.parameters()),
+        steps=callback.history[-1][0],
+        train_s=callback.train_s,
+        time_to_target_s=callback.reached,
+    )
+
+
+@contextlib.contextmanager
+def _quiet_lightning():
+    """Lightning logs "GPU available: ...", "`Trainer.fit` stopped: ..." at INFO on every fit."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            # Lightning 2.6 on torch 2.13 warns of its own use of a deprecated pytree API on every fit.
+            warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

@@ -1,0 +1,88 @@
+"""A trial with `systems.parallel`: its ranks run it (`hpo.parallel`), and this process, rank 0's
+launcher, writes the one record. The single-process probe does not run: its verdict would be about
+one process, not about the ranks (the probe on every rank is still to come)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.errors import UserInputError
+from hpo.parallel import run_ranks
+from hpo.parallel.group import rank_device
+from hpo.records import RecordKey
+from hpo.trial._outcome import TrialOutcome, ended
+from hpo.trial._ranks_speed import ranks_speed_attrs
+from hpo.trial._speed_record import objective_values
+from hpo.trial._trainer import TrainResult
+from hpo.verdicts import Kind, Verdict
+
+__all__ = ["check_ranks_can_run", "execute_ranks"]
+
+
+def check_ranks_can_run(config: TrialConfig) -> None:
+    """Refuse, in one line, ranks this machine cannot place (the file's own checks ran when it was
+    read, `hpo.config.parallel_checks`; the GPUs are counted here, with torch)."""
+    processes = config.parallel.processes
+    device = rank_device(config.device, 0)
+    if device.type == "cuda" and torch.cuda.device_count() < processes:
+        raise UserInputError(
+            f"systems.parallel.processes: {processes} ranks need as many GPUs, this process sees "
+            f"{torch.cuda.device_count()}; lower processes or make more GPUs visible"
+        )
+    if config.training.batch_size % processes:
+        raise UserInputError(
+            f"params.batch_size is the global batch and must divide over systems.parallel.processes "
+            f"{processes}, got {config.training.batch_size}; use a multiple of {processes}"
+        )
+
+
+def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = None) -> TrialOutcome:
+    """Run the trial as its ranks, adding to `attrs` (what was asked: config, knobs, device); a
+    failed rank's verdict (crashed, timeout, mismatch) is the outcome."""
+    check_ranks_can_run(config)
+    outcome = run_ranks(config, deadline_s=deadline_s)
+    attrs[RecordKey.PARALLEL] = {**outcome.record(), "last_steps": outcome.last_steps}
+    if outcome.ranks:  # recorded also when an effect contradicts the request: the evidence of it
+        attrs[RecordKey.PARALLEL_OBSERVED] = outcome.ranks[0]["parallel_observed"]
+        attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
+    if not outcome.verdict.ok:
+        return ended(outcome.verdict, attrs)
+    result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
+    attrs |= {
+        RecordKey.METRICS: result.metrics,
+        RecordKey.TRAIN_SAMPLES_PER_S: _known(result.train_samples_per_s),
+        RecordKey.STEADY_SAMPLES_PER_S: _known(result.train_samples_per_s),
+        **ranks_speed_attrs(config, _known(result.train_samples_per_s)),
+        RecordKey.STEP_TIME_MS: _known(result.step_time_ms),
+        RecordKey.PEAK_MEM_MB: result.peak_mem_mb,
+        RecordKey.N_PARAMS: result.n_params,
+        RecordKey.STEPS_RUN: result.steps,
+    }
+    return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
+
+
+def _largest(shares) -> float | None:
+    known = [share for share in shares if share is not None]
+    return max(known) if known else None
+
+
+def _known(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _train_result(config: TrialConfig, first: dict, peak_mb: float) -> TrainResult:
+    """Rank 0's result as a one-process trial's; with no steady step timed, the speeds are
+    unknown (NaN), and a speed objective takes its worst value."""
+    samples_per_s = first["samples_per_s"] or math.nan
+    return TrainResult(
+        metrics=first["metrics"],
+        knobs_observed={},
+        step_time_ms=1000 * first["global_batch"] / samples_per_s,
+        train_samples_per_s=samples_per_s,
+        peak_mem_mb=peak_mb,
+        n_params=first["n_params"],
+        steps=config.training.max_steps,
+    )

@@ -1,0 +1,220 @@
+"""Pre-trial compatibility probe: one real forward and backward with the trial's knobs, checked
+against an fp32/eager/for-loop reference on the same samples and weights.
+
+The verdict is `ok` or a knob verdict (`incompatible: <why>`), given only when the knobs are
+proven at fault: a known upstream refusal (`hpo.verify.fault._known_failures`), evidence that a knob ran
+as something else, or a differential run in which the reference passes and the knobs fail, tried
+value by value so that only the value or pair at fault is implicated (`hpo.verify.fault._differential`). Anything
+else is raised: an error, never a verdict. A timed probe also judges `slow` at the trial's batch.
+Nothing is downgraded: the probe only decides whether the trial's own knobs may train.
+
+Cost, since a trial pays it before every new knob combination:
+- the compared step runs on `PROBE_SAMPLES` samples, not the trial's batch: numerics and kernel
+  choice need real data, not much of it. A model with batch-statistics layers (BatchNorm in train
+  mode) gets `BATCH_STATISTICS_SAMPLES`: over 4 samples its normalisation divides by a spread that
+  amplifies rounding (docs/failures.md). A compiled model, specialised to its input shapes, is
+  compared on the batch it will train on;
+- a low precision's errors are judged against this model's own rounding floor, measured once per
+  model and precision on the reference (`hpo.verify.probing._bounds`);
+- the trial's model is handed on to train (`keep_model`), so a trial builds one model, not two;
+- the reference's compared step (its loss, gradients and initial weights) depends on the model,
+  not on the knobs: a worker's later probes of the same model read it from `references`
+  (`hpo.verify.probing._kept_reference`) instead of building the reference and running it again;
+- a trial's probe times nothing of the trial: its first steady training steps decide `slow`
+  (`hpo.verify.timing._slow_limit`). Only the reference's step time is measured (`hpo.verify.timing._reference_time`), once
+  per model, batch size and device, and kept in the verdict store (the study's). `hpo probe` and
+  the Lightning path time the trial too (`timed`), in steady steps (`hpo.verify.timing._steady`);
+- the compared steps run in train mode with dropout off (`hpo.verify.probing._dropout_off`), so a compiled
+  trial's graph is the train-mode graph it trains with, and its update moves no weight
+  (`hpo.verify.probing._compared_step`): the trial trains from where the probe left it, nothing restored;
+- the reference's initial weights are its own parameters, not a copy: it is never updated before
+  the trial's compared step has loaded them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+
+import torch
+
+from hpo.config.trial import TrialConfig
+from hpo.engine import AssembledModel, counting_flops
+from hpo.evidence.capture import capture_step
+from hpo.evidence.observe import observed_knobs
+from hpo.hardware import hand_back_freed, resident_bytes, seed_everything
+from hpo.torch_compat import normalizes_over_the_batch
+from hpo.verify.fault import REFERENCE_KNOBS, ran_other_than_reference
+from hpo.verify.probing._compared_step import ComparedSteps, loss_and_grads
+from hpo.verify.probing._kept_reference import ComparedReference, KeptReferences, compared_key
+from hpo.verify.probing._result import ProbeResult, keep_probe
+from hpo.verify.probing._speed import time_trial, timed_reference
+from hpo.verify.stored import MachineFacts, MemoryVerdicts, VerdictStore, flops_key, reference_key
+from hpo.verify.timing import (
+    DEFAULT_POLICY,
+    TimingPolicy,
+    emulated_slow,
+)
+from hpo.workloads.base import Batch, Workload
+
+# keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
+__all__ = ["BATCH_STATISTICS_SAMPLES", "PROBE_SAMPLES", "compared_samples", "keep_probe", "run_probe"]
+
+PROBE_SAMPLES = 4
+# BatchNorm's gradient error under bf16 on a ResNet: 0.57 over 4 samples, 0.36 over 16, 0.40 over 32
+# (a GroupNorm or LayerNorm model: under 0.01 at any of them). 16 gives its statistics a fair batch
+# at a quarter of a default batch's cost.
+BATCH_STATISTICS_SAMPLES = 16
+
+
+def run_probe(
+    workload: Workload,
+    config: TrialConfig,
+    device: torch.device,
+    store: VerdictStore | None = None,
+    keep_model: bool = False,
+    timed: bool = True,
+    references: KeptReferences | None = None,
+    policy: TimingPolicy = DEFAULT_POLICY,
+    keep_timed: bool = False,
+    machine: MachineFacts | None = None,
+) -> ProbeResult:
+    """Probe the trial's knobs. `store` keeps the reference's step time between probes;
+    `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
+    `timed` also times the trial's steps for its slowdown and `slow` verdict (`hpo probe`, which
+    trains nothing); untimed, only the reference's step time is measured, if no store has it.
+    `references` keeps the reference's compared step for the next probe of the same model.
+    `policy` times the trial's steps (probe_first's sweep takes one, `ONE_STEP`); a `slow` verdict is
+    only ever given by the steady proof (`hpo.verify.timing._slow_proof`), whatever `policy` is. `keep_timed`
+    hands a passing timed probe's trial model on as it is, stepped (`ProbeResult.timed_model`: for
+    probe_first's race, which times it again, never for training). A precision this CPU only
+    emulates is `slow` from `machine`'s stored fact (`hpo.verify.timing._emulated`), before anything is built,
+    where the study judges speed; `machine` defaults to this machine's facts folder.
+
+    Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
+    outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
+    of memory (the trial's size) and a failure that does not repeat (`hpo.verify.probing._compared_step.NotReproduced`)."""
+    if keep_model and timed:
+        raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
+    start = time.perf_counter()
+    emulated = emulated_slow(config.knobs.precision, device, machine) if config.skip_slow else None
+    if emulated is not None:  # proven once for this machine, whatever the model (`hpo.verify.timing._emulated`)
+        return ProbeResult(verdict=emulated, blame="machine fact", probe_s=time.perf_counter() - start)
+    store = store if store is not None else MemoryVerdicts()
+    reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
+    key = compared_key(workload, config, device)
+    # A reference still to be timed runs its compared step anyway: it warms the reference up, and
+    # what the step added to the resident set sizes the memory its timing touches beforehand.
+    kept = references.get(key, device) if references is not None and reference_ms is not None else None
+    reused = kept is not None
+    batch = next(workload.train_batches(config.training.batch_size, config.seed))
+    reference, compared_growth = None, 0
+    if kept is None:
+        seed_everything(config.seed)
+        reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
+        compared = _compared_batch(workload, config, batch, compared_samples(config, reference.model))
+        kept, compared_growth = _reference_step(reference, config, device, compared, store)
+        if references is not None:
+            references.put(key, kept)
+    else:
+        compared = _compared_batch(workload, config, batch, kept.samples)
+    floors_known = set(kept.floors)
+    stepped = None  # a model of the trial's knobs that ran full-batch steps here (timed)
+    steps = ComparedSteps(workload, config, device, kept, compared, reference)
+    trial, failure = steps.attempt(config.knobs, evidence=True)
+    if references is not None and set(kept.floors) != floors_known:
+        references.put(key, kept)  # the floors this probe measured, for the next probe of the model
+    result = steps.result
+    if failure is not None:
+        result.peak_mem_mb = trial.memory.peak_mb if trial is not None else None
+        trial = reference = None  # the differential run builds models of its own: not beside these
+        gc.collect()
+        result.verdict, result.blame = steps.blame(config.knobs, failure)
+    else:
+        timed_reference_here = reference_ms is None
+        if reference_ms is None:
+            reference_ms = timed_reference(
+                result, reference, batch, compared_growth, workload.samples_in(compared), config, store
+            )
+        result.reference_step_ms = reference_ms
+        if timed and reference_ms is not None and config.knobs == REFERENCE_KNOBS:
+            # The reference itself: timing it against itself would only measure noise.
+            reference_steps = (store.get(reference_key(config, device)) or {}).get("timed_steps_ms")
+            result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
+            # No other name may hold the reference unless it is handed on: `keep_model` frees it below.
+            stepped = reference if keep_timed and timed_reference_here else None
+        elif timed and reference_ms is not None:
+            time_trial(result, trial, steps, batch, config, reference_ms, policy)
+            stepped = trial if keep_timed else None
+    if trial is not None:
+        result.peak_mem_mb = trial.memory.peak_mb
+    if stepped is not None and result.ok and result.slow is None:
+        result.timed_model = stepped
+    stepped = None
+    if keep_model and result.ok and trial is not None:
+        # Before training starts: the trial's peak memory is its own. Nothing of the reference
+        # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the
+        # last names frees it here, without a gc.collect.
+        trial.restart()
+        _restore_buffers(trial.model, kept.initial)
+        reference = kept = steps = None
+        hand_back_freed(device)
+        result.model = trial
+    result.reference_reused = reused
+    result.probe_s = time.perf_counter() - start
+    return result
+
+
+def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -> None:
+    """Buffers back at their initial values (the compared step in train mode updated batch norm's
+    running statistics): a probed model then trains as a newly built one would."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name in initial:
+                buffer.copy_(initial[name])
+
+
+def compared_samples(config: TrialConfig, model: torch.nn.Module) -> int:
+    """How many samples the compared step runs on: PROBE_SAMPLES, BATCH_STATISTICS_SAMPLES for a
+    model whose layers normalise over the batch, or the whole batch for a compiled model, which is
+    specialised to the shapes it trains on."""
+    batch_size = config.training.batch_size
+    if config.knobs.compile:
+        return batch_size
+    statistics = any(normalizes_over_the_batch(module) for module in model.modules())
+    return min(BATCH_STATISTICS_SAMPLES if statistics else PROBE_SAMPLES, batch_size)
+
+
+def _compared_batch(workload: Workload, config: TrialConfig, batch: Batch, samples: int) -> Batch:
+    if samples == config.training.batch_size:
+        return batch
+    return next(workload.train_batches(samples, config.seed))
+
+
+def _reference_step(
+    reference: AssembledModel, config: TrialConfig, device: torch.device, compared: Batch, store: VerdictStore
+) -> tuple[ComparedReference, int]:
+    """Run the reference's compared step, without an update (the reference is compared, not
+    trained). Returns its compared step and what that step added to the resident set. The step
+    also counts the model's FLOPs per sample into `store`, when the study has no count yet and the
+    step is not a compiled trial's whole batch: the reference is the plain eager fp32 model the count needs
+    (`hpo.engine._flops`), so the trial's speed record need not build another. What the step ran is
+    observed, as a trial's is: a reference that ran other knobs judges no comparison."""
+    # Its own parameters, not a copy: the compared step does not update them, and the reference is
+    # timed (updating them) only after the trial's compared step has loaded them. Buffers are
+    # copied (they are small): a train-mode step updates batch norm's running statistics.
+    parameters = {id(p) for p in reference.model.parameters()}
+    initial = {k: v if id(v) in parameters else v.clone() for k, v in reference.model.state_dict(keep_vars=True).items()}
+    initial = {k: v.detach() for k, v in initial.items()}
+    samples = reference.workload.samples_in(compared)
+    # Not a compiled trial's whole batch: counting it would cost more than the speed record's own count.
+    count = not config.knobs.compile and store.get(flops_key(config, device)) is None
+    with capture_step(reference) as seen:  # started outside the growth measured: the profiler's own memory is not the step's
+        resident = resident_bytes()
+        with counting_flops() if count else contextlib.nullcontext() as flops:
+            loss, grads = loss_and_grads(reference, reference.move(compared))
+        growth = resident_bytes() - resident
+    if count:
+        store.put(flops_key(config, device), {"model_flops_per_sample": flops.total / samples})
+    return ComparedReference(loss, grads, initial, samples, ran_other=ran_other_than_reference(observed_knobs(seen))), growth
