@@ -57,7 +57,8 @@ def enforced_limit(device: torch.device, limit_bytes: int | None) -> Iterator[No
 class MemoryMeter:
     """Peak memory of one trial. CUDA: the allocator's peak since reset. CPU: the largest resident
     set sampled at the step's high-water marks (after forward, when activations are alive), so
-    it is this trial's own figure even when trials share a process (ru_maxrss never resets)."""
+    it is this trial's own figure even when trials share a process (ru_maxrss never resets); a read
+    over the enforced limit is taken again after the C heap hands back the freed memory it keeps."""
 
     def __init__(self, device: torch.device):
         self.device, self.peak_bytes = device, 0
