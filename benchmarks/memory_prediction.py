@@ -56,13 +56,16 @@ def run_prediction_table(
     device: str = "cpu",
     time_cap: float | None = None,
     on_row: Callable[[dict], None] | None = None,
+    variants: list[str] | None = None,
 ) -> dict:
-    """models: name -> (workload, options). One row per model and VARIANTS entry; none starts past `time_cap` s."""
+    """models: name -> (workload, options). One row per model and `variants` entry (default: every
+    VARIANTS entry); none starts past `time_cap` s."""
     result: dict = {"batch": batch, "steps": steps, "limit_gb": limit_gb, "device": device, "rows": [], "not_run": []}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hpo-memory-prediction-") as tmp:
         for name, (workload, options) in models.items():
-            for variant, (precision, checkpointing) in VARIANTS.items():
+            for variant in variants or list(VARIANTS):
+                precision, checkpointing = VARIANTS[variant]
                 if time_cap is not None and time.perf_counter() - started > time_cap:
                     result["not_run"].append(f"{name}, {variant}")
                     continue

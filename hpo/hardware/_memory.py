@@ -12,7 +12,16 @@ import torch
 
 from hpo.hardware._allocator import release_freed_memory
 
-__all__ = ["MemoryMeter", "ResidentPeak", "enforced_limit", "free_memory", "hand_back_freed", "resident_bytes"]
+__all__ = [
+    "MemoryMeter",
+    "ResidentPeak",
+    "enforced_limit",
+    "free_memory",
+    "hand_back_freed",
+    "reset_resident_peak",
+    "resident_bytes",
+    "resident_peak_bytes",
+]
 
 # The limit this process's CPU meters enforce while inside `enforced_limit`; None: none.
 _CPU_LIMIT_BYTES: int | None = None
@@ -48,7 +57,8 @@ def enforced_limit(device: torch.device, limit_bytes: int | None) -> Iterator[No
 class MemoryMeter:
     """Peak memory of one trial. CUDA: the allocator's peak since reset. CPU: the largest resident
     set sampled at the step's high-water marks (after forward, when activations are alive), so
-    it is this trial's own figure even when trials share a process (ru_maxrss never resets)."""
+    it is this trial's own figure even when trials share a process (ru_maxrss never resets); a read
+    over the enforced limit is taken again after the C heap hands back the freed memory it keeps."""
 
     def __init__(self, device: torch.device):
         self.device, self.peak_bytes = device, 0
@@ -58,6 +68,13 @@ class MemoryMeter:
     def sample(self) -> None:
         if self.device.type != "cuda":
             resident = resident_bytes()
+            if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
+                # Freed memory the C heap keeps for the next step (`hpo.hardware.allocator`) is in the
+                # resident set, and no prediction can see it: training's steps leave it behind, by a
+                # different amount every run, where the peak model's steps start trimmed. Handed back
+                # before the trial is judged on what it holds.
+                release_freed_memory()
+                resident = resident_bytes()
             self.peak_bytes = max(self.peak_bytes, resident)
             if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
                 raise MemoryError(
@@ -72,32 +89,64 @@ class MemoryMeter:
 
 
 class ResidentPeak:
-    """The largest resident set a thread samples every `interval_s` while inside: a CPU step's true
-    high-water mark, where `MemoryMeter` reads only after forward. Under gradient checkpointing the
-    step peaks inside backward (each block's recomputed activations), which the after-forward read
-    misses: fitted to it, `batch_size: auto` chose a batch whose training went over the limit
-    (docs/memory.md). Used for the few steps the peak model is fitted and confirmed on."""
+    """The largest resident set while inside: a CPU step's true high-water mark, where `MemoryMeter`
+    reads only after forward. Under gradient checkpointing the step peaks inside backward (each
+    block's recomputed activations), which the after-forward read misses: fitted to it,
+    `batch_size: auto` chose a batch whose training went over the limit (docs/memory.md). Used for
+    the few steps the peak model is fitted and confirmed on.
+
+    On Linux it is the kernel's own count (`VmHWM`, reset on entry through /proc/self/clear_refs):
+    every page, however briefly held. Elsewhere, or where the reset is refused, a thread samples the
+    resident set every `interval_s`; a sampler the machine's load keeps off the CPU (or off the GIL)
+    misses what is held between two of its reads."""
 
     def __init__(self, interval_s: float = 0.0005):
         self.interval_s, self.peak_bytes = interval_s, 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._kernel_counts = False
 
     def __enter__(self) -> ResidentPeak:
         self.peak_bytes = resident_bytes()
-        self._thread = threading.Thread(target=self._sample, name="hpo-resident-peak", daemon=True)
-        self._thread.start()
+        self._kernel_counts = reset_resident_peak()
+        if not self._kernel_counts:
+            self._thread = threading.Thread(target=self._sample, name="hpo-resident-peak", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.peak_bytes = max(self.peak_bytes, resident_bytes())
+        counted = resident_peak_bytes() if self._kernel_counts else None
+        self.peak_bytes = max(self.peak_bytes, resident_bytes(), counted or 0)
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.peak_bytes = max(self.peak_bytes, resident_bytes())
+
+
+def reset_resident_peak() -> bool:
+    """Reset the kernel's high-water mark of this process's resident set (`VmHWM`) to the resident
+    set now; False where it cannot be (not Linux, a kernel before 4.0, a sandbox that refuses it)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # 5: reset the peak resident set; 1-4 would clear the pages' referenced bits
+    except OSError:
+        return False
+    return resident_peak_bytes() is not None
+
+
+def resident_peak_bytes() -> int | None:
+    """The kernel's high-water mark of this process's resident set since its last reset (`VmHWM`)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024  # in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def resident_bytes() -> int:

@@ -9,7 +9,7 @@ import torch
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.records import RecordKey
 from hpo.trial import execute
-from hpo.verify.probing import _probe as probe
+from hpo.verify.probing import _speed as probe  # where the probe times its reference
 from hpo.verify.stored import MemoryVerdicts, reference_key
 
 OOM = "CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 139.80 GiB"

@@ -5,12 +5,16 @@ reads, then went over the limit in training)."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
 import time
 from types import SimpleNamespace
 
+import pytest
 import torch
 
-from hpo.hardware import MemoryMeter, ResidentPeak, hand_back_freed, resident_bytes
+from hpo.hardware import MemoryMeter, ResidentPeak, hand_back_freed, reset_resident_peak, resident_bytes
 from hpo.verify.peaks import _peak_fit as peak_fit
 
 MB = 2**20
@@ -37,6 +41,33 @@ def test_the_sampler_sees_memory_freed_before_the_block_ends():
         _transient()
     assert peak.peak_bytes - before >= 0.9 * TRANSIENT
     assert _trimmed_resident() - before < 0.5 * TRANSIENT  # gone again: a read after the block misses it
+
+
+def _held_without_a_sampler_running(size: int = TRANSIENT) -> None:
+    """Pages mapped, touched and unmapped while this thread keeps the GIL (ctypes.PyDLL calls keep
+    it, and no other Python thread is switched in for a minute): a sampling thread starved of the
+    CPU by the machine's load misses memory held that way."""
+    libc = ctypes.PyDLL(None)
+    libc.mmap.restype, libc.mmap.argtypes = (
+        ctypes.c_void_p,
+        [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long],
+    )
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        libc.memset(ctypes.c_void_p(address), 1, ctypes.c_size_t(size))
+        libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
+    finally:
+        sys.setswitchinterval(previous)
+
+
+@pytest.mark.skipif(not reset_resident_peak(), reason="the kernel's peak resident set (VmHWM) cannot be reset here")
+def test_the_step_peak_is_the_kernels_count_not_a_samplers():
+    before = _trimmed_resident()
+    with ResidentPeak() as peak:
+        _held_without_a_sampler_running()
+    assert peak.peak_bytes - before >= 0.9 * TRANSIENT  # the sampler alone read about `before`
 
 
 class _BackwardPeaksModel:
