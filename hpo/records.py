@@ -58,10 +58,10 @@ def observed_lists(observed: dict) -> tuple[list[str], list[str]]:
 
 
 class RuntimeSettings(_Record):
-    """Global settings a trial ran under (`hpo.hardware.runtime.trial_runtime`)."""
+    """Global settings a trial ran under (`hpo.hardware.trial_runtime`)."""
 
     tf32: bool  # whether TF32 tensor cores ran fp32 matmuls
-    cpu_allocator: str  # what the C allocator was set to (`hpo.hardware.allocator`)
+    cpu_allocator: str  # what the C allocator was set to (`hpo.hardware._allocator`)
 
 
 class TrialRecord(_Record):
@@ -137,7 +137,7 @@ class TrialRecord(_Record):
     runtime: RuntimeSettings | dict[str, bool | str] | None = Field(
         None,
         description="global settings the trial ran under: torch's `tf32` and `cpu_allocator`, "
-        "the C allocator's setting (on glibc, freed memory is kept for the next step; see hpo.hardware.allocator)",
+        "the C allocator's setting (on glibc, freed memory is kept for the next step; see hpo.hardware._allocator)",
     )
     probe_s: float | None = Field(None, description="seconds the pre-trial probe took (0 when its verdict was cached)")
     probe_cached: bool | None = Field(None, description="whether the knob verdict came from the study's cache")

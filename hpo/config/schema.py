@@ -48,11 +48,11 @@ class StudySpec(_Strict):
     max_retries: int = Field(default=2, ge=0)
     # Seconds a trial may run (from its start to its end) before its worker ends its process; the
     # trial then ends FAIL with a `timeout: ...` verdict and is retried under max_retries. With
-    # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.runtime.deadline).
+    # `--in-process` only a hang in Python code can be ended, not one inside C code (hpo.runtime._trial_timeout).
     trial_timeout_s: float | None = Field(default=None, gt=0)
     # A trial predicted to need more memory than this is rejected before it trains (`oom: predicted
     # ...`), and `params.batch_size: auto` fills it. Default: on CUDA the device's total less a
-    # margin (hpo.hardware.memory_model); on a CPU none, and when set hpo's own meter enforces it,
+    # margin (hpo.hardware._memory_model); on a CPU none, and when set hpo's own meter enforces it,
     # under a hard cap on the trial's process (hpo.hardware.memory_cap, docs/memory.md).
     memory_limit_gb: float | None = Field(default=None, gt=0)
     # joint: the sampler searches the hyperparameters and the knobs together. probe_first: the study

@@ -1,5 +1,5 @@
 """Frozen configs that the executor sees. Built only from a validated search space, by
-`hpo.config.resolve` (for `hpo train`, or a trial's values from `hpo.study.suggest`)."""
+`hpo.config.resolve` (for `hpo train`, or a trial's values from `hpo.study._suggest`)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ Knobs = _settings(
 LoaderSettings = _settings(
     "LoaderSettings",
     LOADER_KNOBS,
-    "The input pipeline of one trial (`systems.loader`, `num_workers`, ...; `hpo.engine.loader`). Apart from "
+    "The input pipeline of one trial (`systems.loader`, `num_workers`, ...; `hpo.engine._loader`). Apart from "
     "`Knobs`: the probe's model comparison never sees them, the loader check does.",
     changed=_changed,
 )
@@ -110,7 +110,7 @@ class TrainingConfig:
     max_steps: int = 100
     eval_every: int = 50
     # Steps between check boundaries, where the loss is read and non-finite values are caught (see
-    # hpo.trial.trainer): a NaN is found at most this many steps after it appears.
+    # hpo.trial._trainer): a NaN is found at most this many steps after it appears.
     check_every: int = 50
     # The compile backend; tests use "eager"/"aot_eager" because inductor takes ~20 s on CPU.
     compile_backend: str = _DEFAULT_COMPILE_BACKEND

@@ -4,7 +4,7 @@ A knob module declares, in one place, everything hpo knows about `systems.<name>
 - its values, its default and its value in the reference combination (the plainest path the probe
   compares every trial with), and the schema of one value;
 - what it is applied to: the model or the optimizer (by hpo's engine, which the module names), the
-  process (a context the trial runs inside, `applied`) or the loader (`hpo.engine.loader`);
+  process (a context the trial runs inside, `applied`) or the loader (`hpo.engine._loader`);
 - how a real step shows what ran (`observe`, `read_in_step`) and how that is compared with the
   request (`mismatches`);
 - what each exporter writes for it (`python_loop`, `hf`, `lightning`).
@@ -223,8 +223,8 @@ class Knob:
 
 
 class LoaderKnob(Knob):
-    """A torch DataLoader setting searched like a knob. hpo builds the loader (`hpo.engine.loader`) and
-    checks that it delivers the batches num_workers=0 would (`hpo.engine.loader_stream`)."""
+    """A torch DataLoader setting searched like a knob. hpo builds the loader (`hpo.engine._loader`) and
+    checks that it delivers the batches num_workers=0 would (`hpo.engine._loader_stream`)."""
 
     applies_to = "loader"
     # How a study's trials load their batches does not change what the sampler searched over the model.

@@ -1,5 +1,5 @@
 """`systems.num_workers`: DataLoader worker processes (0: batches are made in the trial's process).
-On a CPU the workers and torch's threads share the trial's cores (`hpo.engine.loader.core_split`)."""
+On a CPU the workers and torch's threads share the trial's cores (`hpo.engine._loader.core_split`)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ class PrecisionSpec:
     name: str
     dtype: str  # torch dtype name; the dtype seen reaching matmul kernels is the evidence
     # Explicit mantissa bits of `dtype`: the rounding the probe emulates to measure a model's floor
-    # (`hpo.verify.bounds`).
+    # (`hpo.verify.probing._bounds`).
     mantissa_bits: int
     autocast: bool  # False: full precision, no autocast region at all
     scaled: bool = False  # a GradScaler scales the loss (fp16's narrow exponent range needs it)

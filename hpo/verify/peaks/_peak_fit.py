@@ -9,7 +9,7 @@ a CPU): the larger the batches fitted, the shorter the stretch. A fit kept in th
 is grown the same way when a later trial's batch needs more of it.
 
 Here, below the trial, because the probe needs it too: it fits the fp32/eager reference before
-timing it at the trial's batch (`hpo.verify.probe`). The trial's budget uses it after the probe
+timing it at the trial's batch (`hpo.verify.probing`). The trial's budget uses it after the probe
 (`hpo.trial.memory_budget`).
 
 The measured steps run forward, backward and an update at learning rate 0 (the first, unmeasured,

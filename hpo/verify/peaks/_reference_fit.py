@@ -1,10 +1,10 @@
 """Whether the fp32/eager reference is predicted to fit at the trial's batch, before the probe
-times it there (`hpo.verify.probe`).
+times it there (`hpo.verify.probing`).
 
 The reference has no checkpointing and no low precision: it can need far more memory than the
 trial's knobs. Its step time at the trial's batch was measured before anything predicted that it
 fits: under a CPU limit a reference at batch 2048 of a d256 x 4 GPT allocated until the cap
-failed it. Now its peak model is fitted first, as a trial's is (`hpo.verify.peak_fit`: from the
+failed it. Now its peak model is fitted first, as a trial's is (`hpo.verify.peaks._peak_fit`: from the
 smallest batch up, each size predicted to fit), and kept in the verdict store per model and device;
 a reference predicted over the limit at the trial's batch is not timed, and the trial trains with
 its speed not judged, saying why.
