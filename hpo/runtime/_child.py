@@ -72,7 +72,7 @@ def run_one_trial(
     die_with_parent()
     die_with_worker(conn)
     quiet_optuna()
-    from hpo.study import Objective  # torch and the trial stack: preloaded by the forkserver
+    from hpo.study import WorkerObjective  # torch and the trial stack: preloaded by the forkserver
     from hpo.verify.probing import ReferenceFiles
 
     def started(trial_id: int) -> None:
@@ -84,7 +84,7 @@ def run_one_trial(
     heartbeat = StartHeartbeat(study)  # this process keeps its trial alive, not the worker
     # Another trial process of the worker reads what this one's probe keeps: the worker's folder.
     references = ReferenceFiles(reference_dir) if reference_dir is not None else None
-    objective = Objective(space, launched_at=launched_at, references=references, sampled_s=sampled_s)
+    objective = WorkerObjective(space, launched_at=launched_at, references=references, sampled_s=sampled_s)
     study.optimize(
         heartbeat.handing_over(GuardedObjective(objective, worker=worker)),
         n_trials=1,

@@ -24,7 +24,7 @@ class InProcessTrials:
 
     def __init__(self, study: optuna.Study, space: SearchSpace, tickets: TicketBudget):
         from hpo.runtime._forkserver_warmup import preload_lazy_imports
-        from hpo.study import Objective  # imports torch
+        from hpo.study import WorkerObjective  # imports torch
         from hpo.verify.probing import ReferenceMemory
 
         # What a trial process finds imported by the forkserver: torch's lazy imports are a start-up
@@ -32,7 +32,7 @@ class InProcessTrials:
         preload_lazy_imports()
         self.study, self.space, self.tickets = study, space, tickets
         # Every trial runs in this process: the probes' reference steps stay in its memory, no file.
-        self.objective = Objective(space, references=ReferenceMemory() if keeps_references(space) else None)
+        self.objective = WorkerObjective(space, references=ReferenceMemory() if keeps_references(space) else None)
         self.notes = DashboardNotes()
         self.callbacks = [TrialPrinter(), self.notes]
         gc.freeze()  # as in a trial process: each trial's gc.collect() skips the imported modules

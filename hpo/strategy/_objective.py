@@ -48,13 +48,13 @@ class Objective:
     def __init__(self, space: SearchSpace | Mapping[str, Any] | str | Path):
         """`space`: a search-space file's path, a dict with the file's sections, or a parsed space."""
         from hpo.runtime import GuardedObjective, keeps_references, worker_name
-        from hpo.study import Objective as TrialObjective  # imports torch
+        from hpo.study import WorkerObjective  # imports torch
         from hpo.verify.probing import ReferenceMemory
 
         self.space = as_space(space)
         # Every trial runs in this process: the probes' reference steps stay in its memory.
         references = ReferenceMemory() if keeps_references(self.space) else None
-        self._trial = GuardedObjective(TrialObjective(self.space, references=references), worker=worker_name(), retry=False)
+        self._trial = GuardedObjective(WorkerObjective(self.space, references=references), worker=worker_name(), retry=False)
         self._ready: set[tuple[int, str]] = set()  # the studies checked (and decided for): (storage, name)
 
     @property

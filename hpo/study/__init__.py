@@ -6,7 +6,7 @@ from hpo.exports import lazy_exports
 
 __all__ = [
     "AvoidKnownFailures",
-    "Objective",
+    "WorkerObjective",
     "PRUNERS",
     "SAMPLERS",
     "SAMPLER_NOTES",
@@ -26,7 +26,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "AvoidKnownFailures": "_avoid",
-        "Objective": "_objective",
+        "WorkerObjective": "_objective",
         "PRUNERS": "_samplers",
         "SAMPLERS": "_samplers",
         "SAMPLER_NOTES": "_samplers",

@@ -37,8 +37,9 @@ from hpo.verify.probing import KeptReferences
 from hpo.verify.stored import StudyVerdicts
 
 
-class Objective:
-    """`launched_at` (time.time()) is when the worker asked for this trial's process: the trial
+class WorkerObjective:
+    """The objective hpo's own workers run for each Optuna trial (`hpo.Objective` is the public one,
+    for a user's own `study.optimize`, and runs this one inside). `launched_at` (time.time()) is when the worker asked for this trial's process: the trial
     then records its process start as the `start` phase. `references` keeps the probes' reference
     steps for the worker's later trials (`hpo.verify.probing._kept_reference`), if it keeps them.
     `sampled_s` is how long its worker took to sample the trial's params, when it did."""

@@ -79,7 +79,7 @@ FUNCTIONS_OVER = {
     "hpo/strategy/_rows.py::table": 30,
     "hpo/strategy/_run.py::run_study": 30,
     "hpo/study/_create.py::create_or_resume": 23,
-    "hpo/study/_objective.py::Objective.__call__": 23,
+    "hpo/study/_objective.py::WorkerObjective.__call__": 23,
     "hpo/trial/_executor.py::_train_with_hpo": 23,
     "hpo/trial/_lightning_callback.py::callback_class": 120,
     "hpo/trial/_lightning_callback.py::callback_class.HpoCallback.on_train_batch_end": 21,

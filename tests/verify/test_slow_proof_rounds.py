@@ -1,5 +1,5 @@
 """A `slow` verdict needs the knobs' steps over the limit against the reference's in so many pairs
-of steps that noise cannot explain it (`hpo.verify.outpaced`: 6 rounds at the least, every pair
+of steps that noise cannot explain it (`hpo.verify.timing._pair_rank_test`: 6 rounds at the least, every pair
 lost), and a fast step of the knobs from the third round on clears them: a burst of load in one
 round, or a quiet round among slow ones, proves nothing. Timings are injected (`time_model`, the proof's steady timing of a built model,
 returns scripted step times), so each case is deterministic, whatever the machine's load. The round

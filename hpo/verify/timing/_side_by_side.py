@@ -22,7 +22,7 @@ __all__ = ["MAX_REFERENCE_SPREAD", "STOP_MARGIN", "KnobsSteps", "SideBySide", "d
 MAX_REFERENCE_SPREAD = 0.25
 # A step of the knobs is stopped this far past the limit against the reference's median step so far:
 # a stopped step counts against a reference step only when already over the limit against it
-# (`hpo.verify.outpaced`), and a reference step still to come may be slower than those before. On a
+# (`hpo.verify.timing._pair_rank_test`), and a reference step still to come may be slower than those before. On a
 # simulated busy machine, stopped at the limit against the slowest so far, about half the proofs of a 3x
 # knob ended unproven; at 1.5x past the median, 6 in 1000 (`tests/verify/test_slow_proof_under_load.py`).
 # The median, not the slowest: one reference step slowed by a burst would let every later step of a

@@ -11,7 +11,7 @@ interleaved, one step of each a round, the side that goes first alternating, aft
 step of each at the timed shape. Knobs whose fastest step is within the limit of the reference's
 fastest, from the third round on (PROOF_ROUNDS), are cleared. A verdict needs more: the knobs' steps
 over the limit against the reference's in so many of the pairs of steps of the rounds that noise
-alone would do it by a chance of at most 0.2% (`hpo.verify.outpaced`: 6 rounds at the least), and
+alone would do it by a chance of at most 0.2% (`hpo.verify.timing._pair_rank_test`: 6 rounds at the least), and
 both sides steady (`hpo.verify.timing._steady`, the reference's fastest agreeing). Fastest against fastest
 alone called grad checkpointing, 1.37x by a plain loop, `at least 1.5x` at a load of 40 on 2 cores:
 the reference got one quiet step the knobs never got the like of. A step of the knobs is stopped
@@ -38,7 +38,7 @@ from hpo.engine import AssembledModel
 from hpo.hardware import seed_everything
 from hpo.verdicts import Verdict
 from hpo.verify.fault import REFERENCE_KNOBS, isolate
-from hpo.verify.outpaced import Outlook, describe, outlook
+from hpo.verify.timing._pair_rank_test import Outlook, describe, outlook
 from hpo.verify.timing._side_by_side import MAX_REFERENCE_SPREAD, SideBySide
 from hpo.verify.timing._slow_limit import SlowLimit
 from hpo.verify.timing._steady import DEFAULT_POLICY, StepTimes, TimingPolicy, time_model
@@ -183,7 +183,7 @@ def _proven_slow(
     stopped STOP_MARGIN past the limit against the reference's median so far; at most the policy's
     `max_repeats` rounds. Cleared from the PROOF_ROUNDS-th round on once the knobs' fastest step is
     within the limit of the reference's fastest. A verdict once the pairs of steps prove the knobs
-    over the limit beyond noise (`hpo.verify.outpaced`, 6 rounds at the least) and both sides are
+    over the limit beyond noise (`hpo.verify.timing._pair_rank_test`, 6 rounds at the least) and both sides are
     steady (`SideBySide.settled`); not judged, with why, when the pairs can no longer prove it or
     the reference's own fastest steps disagree. `warm_timing` not None: `assembled` is warm, and
     that timing, taken on it just now beside as many reference steps, is its first round's when it

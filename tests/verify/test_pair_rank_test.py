@@ -1,4 +1,4 @@
-"""The rank test behind a `slow` verdict (`hpo.verify.outpaced`): exact chances, and when a proof is
+"""The rank test behind a `slow` verdict (`hpo.verify.timing._pair_rank_test`): exact chances, and when a proof is
 decided, still open, or can no longer succeed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hpo.verify.outpaced import Outlook, _orderings, chance_of_losing, outlook, pairs_lost
+from hpo.verify.timing._pair_rank_test import Outlook, _orderings, chance_of_losing, outlook, pairs_lost
 
 
 def test_the_chance_is_the_share_of_orderings_counted_by_brute_force():
