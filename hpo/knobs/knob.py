@@ -22,8 +22,10 @@ import contextlib
 import importlib
 import pkgutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple
+
+from hpo.knobs.export_parts import HfPart, LightningPart, LoopPart
 
 __all__ = [
     "AppliesTo",
@@ -82,38 +84,6 @@ class Mismatch(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.knob}: {self.how}" if self.how else f"{self.knob}: asked {self.asked}, ran {self.ran}"
-
-
-@dataclass
-class LoopPart:
-    """What one knob writes into `hpo export --as python`'s training loop."""
-
-    setup: list[str] = field(default_factory=list)  # lines at the top of train(), before the model is used
-    contexts: list[str] = field(default_factory=list)  # context managers around the forward
-    optimizer_flags: str = ""  # torch.optim.AdamW keyword arguments
-    forward: str | None = None  # an expression of `model` that the loop calls instead of it
-    scaler: bool = False  # a GradScaler scales the loss
-    loader: dict[str, Any] = field(default_factory=dict)  # torch DataLoader keyword arguments
-
-
-@dataclass
-class HfPart:
-    """What one knob writes into `hpo export --as hf`: TrainingArguments, from_pretrained kwargs, comments."""
-
-    args: dict[str, Any] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class LightningPart:
-    """What one knob writes into `hpo export --as lightning`: Trainer kwargs, AdamW kwargs, comments."""
-
-    trainer: dict[str, Any] = field(default_factory=dict)
-    trainer_drop: list[str] = field(default_factory=list)  # Trainer kwargs the export must leave out
-    optimizer: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    loader: dict[str, Any] = field(default_factory=dict)  # torch DataLoader keyword arguments
 
 
 @dataclass(frozen=True)
