@@ -118,8 +118,13 @@ class _Searched(_Strict):
         return value
 
 
-def _searched(one: Any) -> Any:
-    return list[one] | one  # type: ignore[valid-type]
+def _with_knobs(name: str, base: type, doc: str, knobs: dict[str, Any]) -> Any:
+    """`base` with one field per knob of `knobs`: a scalar (fixed) or a non-empty list (searched) of
+    the knob's values, at its default, described by its help."""
+    fields = {
+        n: (list[k.value_schema()] | k.value_schema(), Field(default=k.default, description=k.help)) for n, k in knobs.items()
+    }
+    return create_model(name, __base__=base, __doc__=doc, __module__=__name__, **fields)
 
 
 _PARALLEL = ParallelSettings()
@@ -140,12 +145,11 @@ class _RanksSettings(_Searched):
 
 # `systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group
 # (`hpo.parallel`); its knobs (hpo.knobs.systems.parallel) are a scalar (fixed) or a list (searched).
-ParallelSpec = create_model(
+ParallelSpec = _with_knobs(
     "ParallelSpec",
-    __base__=_RanksSettings,
-    __doc__="`systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group.",
-    __module__=__name__,
-    **{name: (_searched(k.value_schema()), Field(default=k.default, description=k.help)) for name, k in PARALLEL_KNOBS.items()},
+    _RanksSettings,
+    "`systems.parallel`: each trial runs as `processes` ranks of one torch.distributed group.",
+    PARALLEL_KNOBS,
 )
 
 
@@ -176,13 +180,7 @@ class _SystemsSettings(_Searched):
 
 
 # Each knob is a scalar (fixed) or a non-empty list (searched), declared by its module (hpo.knobs.systems).
-SystemsSpec = create_model(
-    "SystemsSpec",
-    __base__=_SystemsSettings,
-    __doc__="Each knob is a scalar (fixed) or a list (searched).",
-    __module__=__name__,
-    **{name: (_searched(k.value_schema()), Field(default=k.default, description=k.help)) for name, k in KNOBS.items()},
-)
+SystemsSpec = _with_knobs("SystemsSpec", _SystemsSettings, "Each knob is a scalar (fixed) or a list (searched).", KNOBS)
 
 
 class SpaceFile(_Strict):

@@ -39,9 +39,10 @@ def _changed(self) -> dict[str, Any]:
     return {k: v for k, v in self.as_dict().items() if v != LOADER_KNOBS[k].default}
 
 
-def _settings(name: str, knobs: dict, doc: str, **methods: Any) -> type:
-    """A frozen dataclass with one field per knob of `knobs`, at the knob's default (hpo.knobs.systems)."""
-    fields = [(k.name, k.value_type, field(default=k.default)) for k in knobs.values()]
+def _settings(name: str, knobs: dict, doc: str, *, leading: tuple = (), **methods: Any) -> type:
+    """A frozen dataclass with the `leading` fields, then one per knob of `knobs` at the knob's
+    default (hpo.knobs.systems)."""
+    fields = [*leading, *((k.name, k.value_type, field(default=k.default)) for k in knobs.values())]
     namespace = {"__doc__": doc, "__module__": __name__, "as_dict": _as_dict, **methods}
     return dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True, namespace=namespace)
 
@@ -60,9 +61,13 @@ LoaderSettings = _settings(
 )
 
 
-ParallelSettings = dataclasses.make_dataclass(
+ParallelSettings = _settings(
     "ParallelSettings",
-    [
+    PARALLEL_KNOBS,
+    "A trial run as `processes` ranks of one torch.distributed group (`systems.parallel`, `hpo.parallel`); its "
+    "knobs, one module each in `hpo.knobs.systems.parallel`, are searched like the other knobs, and each applies "
+    "to one strategy (the other's is recorded but has no effect).",
+    leading=(
         ("processes", int, field(default=1)),
         # "auto": NCCL on CUDA, gloo on a CPU
         ("backend", str, field(default="auto")),
@@ -71,17 +76,7 @@ ParallelSettings = dataclasses.make_dataclass(
         ("collective_timeout_s", float, field(default=300.0)),
         # The rendezvous store's port; None: one the OS picks free.
         ("port", int | None, field(default=None)),
-        *((k.name, k.value_type, field(default=k.default)) for k in PARALLEL_KNOBS.values()),
-    ],
-    frozen=True,
-    kw_only=True,
-    namespace={
-        "__doc__": "A trial run as `processes` ranks of one torch.distributed group (`systems.parallel`, "
-        "`hpo.parallel`); its knobs, one module each in `hpo.knobs.systems.parallel`, are searched like the "
-        "other knobs, and each applies to one strategy (the other's is recorded but has no effect).",
-        "__module__": __name__,
-        "as_dict": _as_dict,
-    },
+    ),
 )
 
 
