@@ -34,6 +34,7 @@ RECOMPILE_LIMIT = 64
 class AssembledModel:
     def __init__(self, workload: Workload, knobs: Knobs, training: TrainingConfig, device: torch.device):
         self.workload, self.knobs, self.training, self.device = workload, knobs, training, device
+        self._knob_values = knobs.as_dict()  # read around every step: made once, not per step
         self.precision = precision_plugin(knobs.precision, device.type)
         self.model = self.precision.convert_module(_built_on(device, workload, knobs.attention))
         self.recompute = RecomputeCounter()
@@ -45,7 +46,7 @@ class AssembledModel:
         self.graphs = GraphRecord()
         self.in_step: dict = {}  # each knob's setting as the last step read it (hpo.knobs.systems.read_in_step)
         self.forward_model = (
-            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs, knobs=knobs.as_dict())
+            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs, knobs=self._knob_values)
             if knobs.compile
             else self.model
         )
@@ -86,7 +87,7 @@ class AssembledModel:
     @contextlib.contextmanager
     def _process_context(self) -> Iterator[None]:
         """The pinned SDPA kernel and every process knob's setting, around forward and backward alike."""
-        with pinned_kernel(self.knobs.attention), applied_to_process(self.knobs.as_dict(), self.device.type):
+        with pinned_kernel(self.knobs.attention), applied_to_process(self._knob_values, self.device.type):
             yield
 
     def _no_eager_fallback(self) -> contextlib.AbstractContextManager:
@@ -104,7 +105,7 @@ class AssembledModel:
     def forward_backward(self, batch: Batch) -> torch.Tensor:
         """Loss forward under the knobs, then backward (scaled for fp16). Returns the unscaled loss."""
         with self.knob_context():
-            self.in_step = read_in_step(self.knobs.as_dict(), self.device.type)
+            self.in_step = read_in_step(self._knob_values, self.device.type)
             loss = self.workload.training_loss(self.forward_model, batch)
         self.memory.sample()  # activations are alive now: the step's high-water mark
         with self._process_context():
