@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from hpo.knobs.knob import Knob, LoaderKnob, knobs_in
+from hpo.knobs.model_hooks import Hooked
 
-__all__ = ["KNOBS", "LOADER_KNOBS", "TRIAL_KNOBS", "applied_to_process", "knob", "read_in_step"]
+__all__ = ["KNOBS", "LOADER_KNOBS", "TRIAL_KNOBS", "applied_to_process", "knob", "model_hooks", "read_in_step"]
 
 
 # Every knob, in the order configs, records and tables list them (the ranks' knobs, under
@@ -34,13 +35,20 @@ def knob(name: str) -> Knob:
 
 @contextlib.contextmanager
 def applied_to_process(knobs: dict[str, Any], device_type: str) -> Iterator[None]:
-    """Every process knob's setting for `knobs`, in force inside and restored after: what a trial's
-    steps run under, per trial rather than for the whole process."""
+    """Every knob's setting around a step for `knobs` (`Knob.applied`: a process knob's, the pinned
+    attention kernel), in force inside and restored after: what a trial's steps run under, per trial
+    rather than for the whole process."""
     with contextlib.ExitStack() as stack:
         for name, value in knobs.items():
-            if TRIAL_KNOBS[name].applies_to == "process":
-                stack.enter_context(TRIAL_KNOBS[name].applied(value, device_type))
+            stack.enter_context(TRIAL_KNOBS[name].applied(value, device_type))
         yield
+
+
+def model_hooks(knobs: dict[str, Any]) -> list[Hooked]:
+    """Each knob of `knobs` with its hook and value, in `position` order: the order in which every
+    stage of assembling a model runs them (`hpo.knobs.model_hooks`)."""
+    ordered = sorted((TRIAL_KNOBS[name] for name in knobs), key=lambda k: k.position)
+    return [(k.name, k.model_hook(), knobs[k.name]) for k in ordered]
 
 
 def read_in_step(knobs: dict[str, Any], device_type: str) -> dict[str, Any]:
