@@ -21,10 +21,10 @@ from hpo.errors import TrialRejected
 from hpo.hardware import MemoryMeter
 from hpo.knobs.adamw_builders import clear_grads
 from hpo.knobs.compiled_graphs import GraphRecord
-from hpo.knobs.model_hooks import apply_to_model, build_kwargs
+from hpo.knobs.model_hooks import apply_to_model, build_kwargs, fills_in
 from hpo.knobs.precision_plugins import PrecisionPlugin
 from hpo.knobs.recompute import RecomputeCounter
-from hpo.knobs.systems import applied_to_process, model_hooks, read_in_step
+from hpo.knobs.systems import entered, model_hooks, read_in_step, step_settings
 from hpo.torch_compat import scale_on_device
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload
@@ -45,6 +45,9 @@ class AssembledModel:
         self.workload, self.knobs, self.training, self.device = workload, knobs, training, device
         self.values: dict[str, Any] = knobs.as_dict()  # read around every step: made once, not per step
         self._hooks = model_hooks(self.values)
+        # Entered around every forward (and backward): only the knobs whose setting does something.
+        self._step_settings = step_settings(self.values)
+        self._forward_regions = [(hook, value) for _, hook, value in self._hooks if fills_in(hook, "around_forward")]
         self.precision: PrecisionPlugin = PrecisionPlugin()
         self.recompute, self.graphs = RecomputeCounter(), GraphRecord()
         self.in_step: dict = {}  # each knob's setting as the last step read it (hpo.knobs.systems.read_in_step)
@@ -97,14 +100,14 @@ class AssembledModel:
         """Every knob's setting around forward and evaluation: each one's around-step setting, then
         each hook's forward region (autocast, compile's refusal to fall back to eager)."""
         with self._process_context(), contextlib.ExitStack() as regions:
-            for _, hook, value in self._hooks:
+            for hook, value in self._forward_regions:
                 regions.enter_context(hook.around_forward(self, value))
             yield
 
     def _process_context(self) -> contextlib.AbstractContextManager:
         """Every knob's setting around forward and backward alike (`Knob.applied`: the pinned SDPA
         kernel, each process knob's setting)."""
-        return applied_to_process(self.values, self.device.type)
+        return entered(self._step_settings, self.device.type)
 
     def move(self, batch: Batch) -> Batch:
         non_blocking = self.device.type == "cuda"

@@ -34,7 +34,7 @@ import importlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-__all__ = ["NO_HOOK", "Assembly", "Hooked", "ModelHook", "apply_to_model", "build_kwargs", "loaded_hook"]
+__all__ = ["NO_HOOK", "Assembly", "Hooked", "ModelHook", "apply_to_model", "build_kwargs", "fills_in", "loaded_hook"]
 
 
 class Assembly(Protocol):
@@ -82,6 +82,13 @@ class ModelHook:
 
 
 NO_HOOK = ModelHook()  # a knob applied elsewhere (the process, the loader, the ranks)
+
+
+def fills_in(hook: ModelHook, stage: str) -> bool:
+    """Whether `hook` has its own `stage` (as Lightning's `is_overridden`): a step enters only the
+    contexts that do something, not every knob's no-op default around every forward."""
+    return getattr(type(hook), stage) is not getattr(ModelHook, stage)
+
 
 # A knob's name, its hook and the trial's value of it (`hpo.knobs.systems.model_hooks`, in position order).
 Hooked = tuple[str, ModelHook, Any]
