@@ -1,7 +1,9 @@
 """A workload's model assembled with one trial's knobs: the single place the knobs are applied.
 
-Both the pre-trial probe and the trainer step through an `AssembledModel`, so what the probe
-verified is exactly what trains.
+Each model and optimizer knob is applied by its own hook (`Knob.model_hook()`, a
+`hpo.knobs.model_hooks.ModelHook`), stage by stage, in the order that module states; nothing here
+names a knob. Both the pre-trial probe and the trainer step through an `AssembledModel`, so what the
+probe verified is exactly what trains.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -16,46 +19,44 @@ from hpo.config.trial import Knobs, TrainingConfig
 from hpo.engine._health import DeviceHealth, NonFiniteLoss
 from hpo.errors import TrialRejected
 from hpo.hardware import MemoryMeter
-from hpo.knobs.adamw_builders import build_optimizer, clear_grads
-from hpo.knobs.attention_kernels import pinned_kernel
-from hpo.knobs.compiled_graphs import GraphRecord, compile_model
-from hpo.knobs.precision_plugins import precision_plugin
-from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
-from hpo.knobs.systems import applied_to_process, read_in_step
-from hpo.torch_compat import fail_on_recompile_limit, scale_on_device
+from hpo.knobs.adamw_builders import clear_grads
+from hpo.knobs.compiled_graphs import GraphRecord
+from hpo.knobs.model_hooks import apply_to_model, build_kwargs, fills_in
+from hpo.knobs.precision_plugins import PrecisionPlugin
+from hpo.knobs.recompute import RecomputeCounter
+from hpo.knobs.systems import entered, model_hooks, read_in_step, step_settings
+from hpo.torch_compat import scale_on_device
 from hpo.verdicts import Kind, Verdict
 from hpo.workloads.base import Batch, Workload
 
 # Below this the fp16 loss scale has backed off ~2^-30 from its start: gradients are inf every step.
 MIN_GRAD_SCALE = 2.0**-14
-RECOMPILE_LIMIT = 64
 
 
 class AssembledModel:
+    """A workload's model with every knob's hook applied (`hpo.knobs.model_hooks`): `model` is the
+    module, `forward_model` what the step calls, `precision` the plugin that runs backward, clipping
+    and the optimizer step (the plain fp32 one until a hook sets its own), `recompute` and `graphs`
+    the evidence the hooks' wrappers record."""
+
+    forward_model: torch.nn.Module  # set by the hooks' stages (`apply_to_model`)
+
     def __init__(self, workload: Workload, knobs: Knobs, training: TrainingConfig, device: torch.device):
         self.workload, self.knobs, self.training, self.device = workload, knobs, training, device
-        self._knob_values = knobs.as_dict()  # read around every step: made once, not per step
-        self.precision = precision_plugin(knobs.precision, device.type)
-        self.model = self.precision.convert_module(_built_on(device, workload, knobs.attention))
-        self.recompute = RecomputeCounter()
-        blocks = workload.checkpoint_blocks(self.model)
-        if knobs.grad_checkpointing:
-            enable_checkpointing(blocks, self.recompute)
-        elif not knobs.compile:  # compiled graphs show checkpointing themselves; wrappers only add frames
-            count_block_runs(blocks, self.recompute)
-        self.graphs = GraphRecord()
+        self.values: dict[str, Any] = knobs.as_dict()  # read around every step: made once, not per step
+        self._hooks = model_hooks(self.values)
+        # Entered around every forward (and backward): only the knobs whose setting does something.
+        self._step_settings = step_settings(self.values)
+        self._forward_regions = [(hook, value) for _, hook, value in self._hooks if fills_in(hook, "around_forward")]
+        self.precision: PrecisionPlugin = PrecisionPlugin()
+        self.recompute, self.graphs = RecomputeCounter(), GraphRecord()
         self.in_step: dict = {}  # each knob's setting as the last step read it (hpo.knobs.systems.read_in_step)
-        self.forward_model = (
-            compile_model(self.model, knobs.compile, training.compile_backend, self.graphs, knobs=self._knob_values)
-            if knobs.compile
-            else self.model
-        )
+        self.model = _built_on(device, workload, build_kwargs(self._hooks))
+        apply_to_model(self, self._hooks)  # sets forward_model too
         self._fresh_training_state()
 
     def _fresh_training_state(self) -> None:
-        self.optimizer = build_optimizer(
-            self.knobs.optimizer, self.model.parameters(), lr=self.training.lr, weight_decay=self.training.weight_decay
-        )
+        self.optimizer = self._built_optimizer()
         # A function of the warm-up length, not a bound method: a scheduler holding `self._warmup`
         # would make this object refer to itself, kept alive (with its weights and optimizer state)
         # until the next gc.collect after its last user dropped it.
@@ -65,6 +66,20 @@ class AssembledModel:
         self.scaler = self.precision.scaler  # fp16's GradScaler, or None
         self.memory = MemoryMeter(self.device)
         self.health = DeviceHealth(self.device)  # the probe's steps never count against training
+
+    def _built_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer over the final model's parameters, built by the one knob whose hook builds it."""
+        built = {}
+        for name, hook, value in self._hooks:
+            optimizer = hook.build_optimizer(self, value, self.model.parameters())
+            if optimizer is not None:
+                built[name] = optimizer
+        if len(built) != 1:
+            raise RuntimeError(
+                f"exactly one knob's hook builds a trial's optimizer (ModelHook.build_optimizer); {len(built)} did "
+                f"({sorted(built)}): give one knob, and only one, a build_optimizer"
+            )
+        return next(iter(built.values()))
 
     def restart(self, state: dict[str, torch.Tensor] | None = None) -> None:
         """A fresh optimizer, warm-up, loss scale and memory meter, no gradients, train mode, and
@@ -76,27 +91,23 @@ class AssembledModel:
             self.model.load_state_dict(state)
         self.model.zero_grad(set_to_none=True)
         self.model.train()
-        self.precision = precision_plugin(self.knobs.precision, self.device.type)  # a new GradScaler
+        for _, hook, value in self._hooks:
+            hook.restart(self, value)  # precision: a new GradScaler
         self._fresh_training_state()
 
     @contextlib.contextmanager
     def knob_context(self) -> Iterator[None]:
-        with self._process_context(), self.precision.forward_context(), self._no_eager_fallback():
+        """Every knob's setting around forward and evaluation: each one's around-step setting, then
+        each hook's forward region (autocast, compile's refusal to fall back to eager)."""
+        with self._process_context(), contextlib.ExitStack() as regions:
+            for hook, value in self._forward_regions:
+                regions.enter_context(hook.around_forward(self, value))
             yield
 
-    @contextlib.contextmanager
-    def _process_context(self) -> Iterator[None]:
-        """The pinned SDPA kernel and every process knob's setting, around forward and backward alike."""
-        with pinned_kernel(self.knobs.attention), applied_to_process(self._knob_values, self.device.type):
-            yield
-
-    def _no_eager_fallback(self) -> contextlib.AbstractContextManager:
-        """Past its recompile limit Dynamo quietly runs a frame uncompiled; here that is an error,
-        so a trial labelled compiled ran compiled. The limit is raised for the legitimate recompiles
-        (train/eval, one frame per block when the model has graph breaks)."""
-        if not self.knobs.compile:
-            return contextlib.nullcontext()
-        return fail_on_recompile_limit(RECOMPILE_LIMIT)
+    def _process_context(self) -> contextlib.AbstractContextManager:
+        """Every knob's setting around forward and backward alike (`Knob.applied`: the pinned SDPA
+        kernel, each process knob's setting)."""
+        return entered(self._step_settings, self.device.type)
 
     def move(self, batch: Batch) -> Batch:
         non_blocking = self.device.type == "cuda"
@@ -105,7 +116,7 @@ class AssembledModel:
     def forward_backward(self, batch: Batch) -> torch.Tensor:
         """Loss forward under the knobs, then backward (scaled for fp16). Returns the unscaled loss."""
         with self.knob_context():
-            self.in_step = read_in_step(self._knob_values, self.device.type)
+            self.in_step = read_in_step(self.values, self.device.type)
             loss = self.workload.training_loss(self.forward_model, batch)
         self.memory.sample()  # activations are alive now: the step's high-water mark
         with self._process_context():
@@ -164,11 +175,12 @@ def warmup_factor(warmup_steps: int, step: int) -> float:
     return 1.0 if warmup_steps == 0 else min(1.0, (step + 1) / warmup_steps)
 
 
-def _built_on(device: torch.device, workload: Workload, attention: str) -> torch.nn.Module:
-    """The workload's model, created on `device`: under the device as torch's default, parameters
-    are allocated and initialised there, not on the CPU and then copied. The `.to` moves what a
-    workload created elsewhere on purpose (a checkpoint loaded to the CPU), and is free otherwise."""
+def _built_on(device: torch.device, workload: Workload, build_kwargs: dict[str, Any]) -> torch.nn.Module:
+    """The workload's model, built with the knobs' `build_kwargs` and created on `device`: under the
+    device as torch's default, parameters are allocated and initialised there, not on the CPU and
+    then copied. The `.to` moves what a workload created elsewhere on purpose (a checkpoint loaded
+    to the CPU), and is free otherwise."""
     if device.type == "cpu":
-        return workload.build_model(attention)
+        return workload.build_model(**build_kwargs)
     with torch.device(device):
-        return workload.build_model(attention).to(device)
+        return workload.build_model(**build_kwargs).to(device)

@@ -11,9 +11,18 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 
 from hpo import deps
+from hpo.knobs.model_hooks import Assembly, ModelHook
 from hpo.knobs.registry import OPTIMIZER_SPECS, load, spec_for
 
-__all__ = ["OPTIMIZER_BUILDERS", "apex_fused_adam", "build_optimizer", "clear_grads", "learning_rate_zero", "torch_adamw"]
+__all__ = [
+    "OPTIMIZER_BUILDERS",
+    "OPTIMIZER_HOOK",
+    "apex_fused_adam",
+    "build_optimizer",
+    "clear_grads",
+    "learning_rate_zero",
+    "torch_adamw",
+]
 
 OptimizerBuilder = Callable[..., torch.optim.Optimizer]
 
@@ -73,3 +82,14 @@ def learning_rate_zero(optimizer: torch.optim.Optimizer) -> Iterator[None]:
     finally:
         for group, rate in zip(optimizer.param_groups, rates, strict=True):
             group["lr"] = rate
+
+
+class OptimizerHook(ModelHook):
+    """`systems.optimizer` applied: the AdamW path it names, over the final model's parameters, with
+    the trial's learning rate and weight decay."""
+
+    def build_optimizer(self, assembly: Assembly, value: str, parameters: Iterable) -> torch.optim.Optimizer:
+        return build_optimizer(value, parameters, lr=assembly.training.lr, weight_decay=assembly.training.weight_decay)
+
+
+OPTIMIZER_HOOK = OptimizerHook()

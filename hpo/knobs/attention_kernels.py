@@ -2,7 +2,8 @@
 shape (batch, heads, seq, head_dim); they differ only in the kernel that runs.
 
 `sdpa_<kernel>` backends call torch SDPA and are pinned to one kernel by `pinned_kernel()`, which the
-executor enters around each step, so that SDPA raises instead of quietly choosing another kernel.
+knob's hook (`ATTENTION_HOOK`) keeps in force around each step, so that SDPA raises instead of
+quietly choosing another kernel.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 from hpo import deps
 from hpo.errors import KnobUnavailable
+from hpo.knobs.model_hooks import ModelHook
 from hpo.knobs.registry import ATTENTION_SPECS, load, spec_for
 
 AttentionFn = Callable[..., torch.Tensor]
@@ -109,3 +111,17 @@ def pinned_kernel(name: str) -> Iterator[None]:
 
     with sdpa_kernel([getattr(SDPBackend, kernel)]):
         yield
+
+
+class AttentionHook(ModelHook):
+    """`systems.attention` applied: the workload builds its attention layers with the kernel the
+    value names (`build_model(attention=...)`), and an SDPA kernel is pinned around every step."""
+
+    def build_kwargs(self, value: str) -> dict[str, str]:
+        return {"attention": value}
+
+    def around_step(self, value: str, device_type: str) -> contextlib.AbstractContextManager:
+        return pinned_kernel(value)
+
+
+ATTENTION_HOOK = AttentionHook()

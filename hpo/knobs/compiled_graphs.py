@@ -15,6 +15,7 @@ models of two trials never share graphs.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,10 +23,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from hpo.torch_compat import compile_cache_key_tag, dynamo_backend, inductor_backend
+from hpo.knobs.model_hooks import Assembly, ModelHook
+from hpo.torch_compat import compile_cache_key_tag, dynamo_backend, fail_on_recompile_limit, inductor_backend
 
 # Ops whose output dtype shows the autocast precision; autocast casts exactly this class of ops.
 MATMUL_OPS = frozenset({"linear", "matmul", "mm", "addmm", "conv1d", "conv2d"})
+# Recompiles allowed per frame: train/eval, one frame per block when the model has graph breaks.
+RECOMPILE_LIMIT = 64
 
 
 @dataclass
@@ -103,3 +107,20 @@ def compile_model(model: nn.Module, mode: str, backend: str, record: GraphRecord
             return inner(gm, example_inputs)
 
     return torch.compile(model, backend=recording_backend)
+
+
+class CompileHook(ModelHook):
+    """`systems.compile` applied: the module the step calls is compiled, last (its graphs trace what
+    the other knobs made of the model), and forward runs where Dynamo's quiet fallback to eager past
+    its recompile limit is an error, so a trial labelled compiled ran compiled."""
+
+    def wrap_forward(self, assembly: Assembly, value: bool | str, forward: nn.Module) -> nn.Module:
+        if not value:
+            return forward
+        return compile_model(forward, value, assembly.training.compile_backend, assembly.graphs, knobs=assembly.values)
+
+    def around_forward(self, assembly: Assembly, value: bool | str) -> contextlib.AbstractContextManager:
+        return fail_on_recompile_limit(RECOMPILE_LIMIT) if value else contextlib.nullcontext()
+
+
+COMPILE_HOOK = CompileHook()

@@ -3,8 +3,9 @@
 A knob module declares, in one place, everything hpo knows about `systems.<name>`:
 - its values, its default and its value in the reference combination (the plainest path the probe
   compares every trial with), and the schema of one value;
-- what it is applied to: the model or the optimizer (by hpo's engine, which the module names), the
-  process (a context the trial runs inside, `applied`) or the loader (`hpo.engine._loader`);
+- what it is applied to: the model or the optimizer (its `hook`, a `hpo.knobs.model_hooks.ModelHook`
+  whose stages hpo's engine runs for every knob in a declared order), the process (a context around
+  every step, `applied`), the loader (`hpo.engine._loader`) or the ranks (`ParallelKnob`);
 - how a real step shows what ran (`observe`, `read_in_step`) and how that is compared with the
   request (`mismatches`);
 - what each exporter writes for it (`python_loop`, `hf`, `lightning`).
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple
 
 from hpo.knobs.export_parts import HfPart, LightningPart, LoopPart
+from hpo.knobs.model_hooks import NO_HOOK, ModelHook, loaded_hook
 
 __all__ = [
     "AppliesTo",
@@ -103,6 +105,8 @@ class Knob:
     help: ClassVar[str]  # one line: what it changes, for the docs and the schema
     position: ClassVar[int]  # where configs, records and tables list it (ascending)
     applies_to: ClassVar[AppliesTo]
+    # A model or optimizer knob's application, as "module:attr" of a ModelHook (it imports torch): None, none.
+    hook: ClassVar[str | None] = None
     values: ClassVar[tuple[Any, ...]] = ()  # every allowed value; () when `schema` alone bounds it
     values_text: ClassVar[str] = ""  # the allowed values in words, where `values` cannot list them
     # Each named value's spec (what it needs, how it is built and recognised), where values have one.
@@ -148,9 +152,14 @@ class Knob:
         """`value` as the knob's own spelling (the schema reads other spellings through this)."""
         return value
 
+    def model_hook(self) -> ModelHook:
+        """How this knob is applied to the model and optimizer (`hpo.knobs.model_hooks`), loaded on first use."""
+        return loaded_hook(self.hook) if self.hook else NO_HOOK
+
     def applied(self, value: Any, device_type: str) -> contextlib.AbstractContextManager:
-        """The context a trial's process runs inside for `value` (a `process` knob's application)."""
-        return contextlib.nullcontext()
+        """The setting in force around every step of a trial for `value`: a `process` knob's
+        application, a model knob's `around_step` (attention's pinned kernel)."""
+        return self.model_hook().around_step(value, device_type)
 
     def read_in_step(self, device_type: str) -> Any:
         """What this knob's setting is while a step runs (read inside the profiled step); None: nothing to read."""

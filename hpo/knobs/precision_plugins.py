@@ -12,10 +12,11 @@ import contextlib
 import torch
 from torch import nn
 
+from hpo.knobs.model_hooks import Assembly, ModelHook
 from hpo.knobs.registry import PRECISION_SPECS, spec_for
 from hpo.torch_compat import found_inf_per_device, unscales_in_its_step
 
-__all__ = ["DTYPES", "MixedPrecision", "PrecisionPlugin", "precision_plugin"]
+__all__ = ["DTYPES", "PRECISION_HOOK", "MixedPrecision", "PrecisionPlugin", "precision_plugin"]
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, spec.dtype) for name, spec in PRECISION_SPECS.items()}
 
@@ -110,3 +111,21 @@ def precision_plugin(name: str, device_type: str) -> PrecisionPlugin:
     # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.
     scaler = torch.amp.GradScaler(device_type) if spec.scaled else None
     return MixedPrecision(getattr(torch, spec.dtype), device_type, scaler)
+
+
+class PrecisionHook(ModelHook):
+    """`systems.precision` applied: the trial's plugin, kept as `assembly.precision`, converts the
+    module, owns the autocast region around forward and fp16's GradScaler, which a restart renews."""
+
+    def apply_to_model(self, assembly: Assembly, value: str) -> None:
+        assembly.precision = precision_plugin(value, assembly.device.type)
+        assembly.model = assembly.precision.convert_module(assembly.model)
+
+    def restart(self, assembly: Assembly, value: str) -> None:
+        assembly.precision = precision_plugin(value, assembly.device.type)  # a new GradScaler
+
+    def around_forward(self, assembly: Assembly, value: str) -> contextlib.AbstractContextManager:
+        return assembly.precision.forward_context()
+
+
+PRECISION_HOOK = PrecisionHook()

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from hpo.knobs.model_hooks import Assembly, ModelHook
 from hpo.torch_compat import in_backward_pass, tensor_version
 
 
@@ -122,3 +123,19 @@ def _checkpointed(block: nn.Module, counter: RecomputeCounter):
         return checkpoint(inner, *args, use_reentrant=False, **kwargs)
 
     return checkpointed
+
+
+class CheckpointingHook(ModelHook):
+    """`systems.grad_checkpointing` applied to the workload's checkpoint blocks; off, their runs are
+    counted the same way, so the evidence for off is measured too, unless compile is on (compiled
+    graphs show checkpointing themselves; a wrapper would only add frames)."""
+
+    def apply_to_model(self, assembly: Assembly, value: bool) -> None:
+        blocks = assembly.workload.checkpoint_blocks(assembly.model)
+        if value:
+            enable_checkpointing(blocks, assembly.recompute)
+        elif not assembly.values.get("compile"):
+            count_block_runs(blocks, assembly.recompute)
+
+
+CHECKPOINTING_HOOK = CheckpointingHook()

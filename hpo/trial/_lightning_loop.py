@@ -5,8 +5,12 @@ Lightning's mechanisms and the same evidence, guards and records as hpo's loop.
   fp16 -> "16-mixed", with Lightning's GradScaler);
 - optimizer implementation: the optimizer `configure_optimizers` returns is rebuilt with the trial's
   implementation (same class, groups and hyperparameters), or the trial gets a verdict;
-- gradient checkpointing on the workload's blocks, torch.compile of the module, attention through
-  hpo's attention function (the workload receives it).
+- the module is built and changed by the knobs' own hooks, as hpo's loop builds its model
+  (`hpo.knobs.model_hooks` stages 1-3: attention through hpo's attention function, which the
+  workload receives; gradient checkpointing on the workload's blocks; torch.compile of the module),
+  and every knob's around-step setting (the pinned SDPA kernel, the process knobs) is in force for
+  the whole fit. Lightning's Trainer runs the step itself, so the hooks' forward regions and
+  optimizer stage are replaced by its precision string and the rebuilt optimizer above.
 
 A callback (`hpo.trial._lightning_callback`) profiles one training step to observe what ran, times
 the steady-state steps, samples memory, stops on a non-finite loss or a collapsed fp16 scale, and
@@ -28,13 +32,13 @@ import torch
 from hpo.config.trial import TrialConfig
 from hpo.errors import KnobUnavailable
 from hpo.hardware import MemoryMeter
-from hpo.knobs.attention_kernels import pinned_kernel
-from hpo.knobs.compiled_graphs import GraphRecord, compile_model
+from hpo.knobs.compiled_graphs import GraphRecord
+from hpo.knobs.model_hooks import apply_to_model, build_kwargs
 from hpo.knobs.optimizer_impl import with_implementation
-from hpo.knobs.precision_plugins import precision_plugin
-from hpo.knobs.recompute import RecomputeCounter, count_block_runs, enable_checkpointing
+from hpo.knobs.precision_plugins import PrecisionPlugin, precision_plugin
+from hpo.knobs.recompute import RecomputeCounter
 from hpo.knobs.registry import PRECISION_SPECS
-from hpo.knobs.systems import applied_to_process
+from hpo.knobs.systems import applied_to_process, model_hooks
 from hpo.torch_compat import install_scheduler_tracked_step
 from hpo.trial._lightning_callback import callback_class
 from hpo.trial._trainer import EvalCallback, TrainResult
@@ -102,36 +106,41 @@ def train_lightning(
             "(it would substitute bf16-mixed); use bf16, or hpo's own loop for fp16",
             [("precision", knobs.precision)],
         )
-    module = workload.build_model(knobs.attention)
-    recompute, graphs = RecomputeCounter(), GraphRecord()
-    blocks = workload.checkpoint_blocks(module)
-    if knobs.grad_checkpointing:
-        enable_checkpointing(blocks, recompute)
-    elif not knobs.compile:
-        count_block_runs(blocks, recompute)
+    view = _assembled(workload, config, device)
+    module, fitted = view.model, view.forward_model
     original = module.configure_optimizers
     module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
-    fitted = (
-        compile_model(module, knobs.compile, training.compile_backend, graphs, knobs=knobs.as_dict()) if knobs.compile else module
-    )
-    view = SimpleNamespace(graphs=graphs, recompute=recompute, device=device, knobs=knobs, memory=MemoryMeter(device), in_step={})
     callback = callback_class()(view, config, workload, on_eval)
     train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
     with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
         trainer = pl.Trainer(
-            **lightning_device(device), precision=lightning_precision(knobs.precision, device.type),
+            **lightning_device(device), precision=view.precision.lightning,
             max_steps=training.max_steps, val_check_interval=training.eval_every, check_val_every_n_epoch=None,
             num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[callback],
         )  # fmt: skip
-        # The SDPA kernel is pinned as in hpo's loop (engine/assembly.py), so SDPA raises rather than
-        # quietly dispatching another kernel, in training and in every validation.
-        # Process knobs are in force for the whole fit, its steps and validations alike.
-        with pinned_kernel(knobs.attention), applied_to_process(knobs.as_dict(), device.type), callback.capture_closed():
+        # Every knob's around-step setting, as in hpo's loop, for the whole fit, its steps and validations
+        # alike: the pinned SDPA kernel (SDPA raises rather than quietly dispatching another), the process knobs.
+        with applied_to_process(view.values, device.type), callback.capture_closed():
             trainer.fit(fitted, train_loader, val_loader)
             if not callback.history or callback.history[-1][0] != trainer.global_step:
                 trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
     return _result(callback, module, view)
+
+
+def _assembled(workload: LightningWorkload, config: TrialConfig, device: torch.device) -> SimpleNamespace:
+    """The workload's LightningModule built and changed by the knobs' hooks (`model`; `forward_model`,
+    what Lightning fits; `precision`, whose `lightning` string the Trainer runs), with what the callback reads beside it: the evidence the hooks' wrappers
+    record (`recompute`, `graphs`), the memory meter and the in-step readings."""
+    values = config.knobs.as_dict()
+    hooks = model_hooks(values)
+    view = SimpleNamespace(
+        workload=workload, training=config.training, device=device, knobs=config.knobs, values=values,
+        precision=PrecisionPlugin(), recompute=RecomputeCounter(), graphs=GraphRecord(), memory=MemoryMeter(device), in_step={},
+    )  # fmt: skip
+    view.model = workload.build_model(**build_kwargs(hooks))
+    apply_to_model(view, hooks)
+    return view
 
 
 def lightning_device(device: torch.device) -> dict:

@@ -126,9 +126,9 @@ def test_verdict_key_changes_with_knobs_and_model_but_not_with_lr():
 
 def test_compiled_frames_past_the_recompile_limit_fail_instead_of_running_eagerly(monkeypatch):
     """Dynamo's own fallback past its recompile limit would run uncompiled under a compiled label."""
-    import hpo.engine._assembly as assembly
+    import hpo.knobs.compiled_graphs as compiled_graphs
 
-    monkeypatch.setattr(assembly, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(compiled_graphs, "RECOMPILE_LIMIT", 1)
     config = toy_config(Knobs(compile="default", optimizer="fused"), max_steps=4, eval_every=2)
     verdicts = MemoryVerdicts()
     key, _ = verdict_key(config, CPU)
@@ -137,5 +137,5 @@ def test_compiled_frames_past_the_recompile_limit_fail_instead_of_running_eagerl
         execute(config, verdicts)
     assert str(raised.value.verdict).startswith("error: "), str(raised.value.verdict)
     assert "recompile" in raised.value.attrs["error_traceback"].lower()
-    monkeypatch.setattr(assembly, "RECOMPILE_LIMIT", 64)
+    monkeypatch.setattr(compiled_graphs, "RECOMPILE_LIMIT", 64)
     assert execute(config, verdicts).ok

@@ -1,8 +1,9 @@
 """`systems.attention`: the attention kernel, eager, SDPA (its own choice, or pinned to one kernel),
 or the flash-attn and xformers packages.
 
-Applied when the model is built (`workload.build_model(attention)` calls
-`hpo.knobs.attention_kernels.attention_function`) and around each step (an SDPA kernel is pinned).
+Applied by its hook, `hpo.knobs.attention_kernels.AttentionHook`: when the model is built
+(`workload.build_model(attention=...)`, whose layers call `attention_function`) and around each step
+(an SDPA kernel is pinned).
 Observed from the profiler: each backend's kernel ops, or, for eager, its exact softmax ops when no
 kernel's op ran (SDPA's math kernel calls the same softmax)."""
 
@@ -117,6 +118,7 @@ class Attention(Knob):
     help = "the attention kernel: eager, SDPA (pinned to one kernel or its own choice), flash_attn, xformers"
     position = 20
     applies_to = "model"
+    hook = "hpo.knobs.attention_kernels:ATTENTION_HOOK"
     specs = ATTENTION_SPECS
     default = "sdpa"
     reference = "eager"

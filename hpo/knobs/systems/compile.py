@@ -1,6 +1,7 @@
 """`systems.compile`: torch.compile the model, `false` or an inductor mode.
 
-Applied by wrapping the model (`hpo.knobs.compiled_graphs`, with the study's `compile_backend`).
+Applied by its hook, `hpo.knobs.compiled_graphs.CompileHook`, which wraps the model the step calls,
+after every other knob changed it (with the study's `compile_backend`).
 Observed as the graphs the compile backend received during the step: a trial labelled compiled ran
 compiled graphs, and Dynamo's quiet fallback to eager past its recompile limit is an error."""
 
@@ -31,6 +32,7 @@ class Compile(Knob):
     help = "torch.compile the model: false, or an inductor mode (default, reduce-overhead, max-autotune)"
     position = 50
     applies_to = "model"
+    hook = "hpo.knobs.compiled_graphs:COMPILE_HOOK"
     specs = COMPILE_SPECS
     default = False
     reference = False

@@ -1,7 +1,7 @@
 """`systems.grad_checkpointing`: recompute each of the workload's checkpoint blocks in backward
 instead of keeping its activations.
 
-Applied to the model's blocks (`hpo.knobs.recompute`). Observed as recomputation: a block's forward
+Applied to the workload's checkpoint blocks by its hook, `hpo.knobs.recompute.CheckpointingHook`. Observed as recomputation: a block's forward
 run again inside backward, counted by a wrapper, or a compiled graph's checkpoint regions."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class GradCheckpointing(Knob):
     help = "recompute each checkpoint block's activations in backward instead of keeping them"
     position = 40
     applies_to = "model"
+    hook = "hpo.knobs.recompute:CHECKPOINTING_HOOK"
     values = (False, True)
     default = False
     reference = False

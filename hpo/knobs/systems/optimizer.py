@@ -1,7 +1,7 @@
 """`systems.optimizer`: the AdamW implementation, torch's for-loop, foreach or fused path, or apex's
 FusedAdam.
 
-Applied when the optimizer is built (`hpo.knobs.adamw_builders`). Observed from the step: apex by
+Applied when the optimizer is built, by its hook (`hpo.knobs.adamw_builders.OptimizerHook`). Observed from the step: apex by
 its class, the torch paths by the ops inside `Optimizer.step` (fused's `_fused_adam`, foreach's
 `_foreach_*`); a step with neither ran the for-loop."""
 
@@ -88,6 +88,7 @@ class Optimizer(Knob):
     help = "the AdamW implementation: torch's forloop, foreach or fused path, or apex's FusedAdam"
     position = 30
     applies_to = "optimizer"
+    hook = "hpo.knobs.adamw_builders:OPTIMIZER_HOOK"
     specs = OPTIMIZER_SPECS
     default = "fused"
     reference = "forloop"

@@ -1,6 +1,7 @@
 """`systems.precision`: the dtype forward runs in (autocast), and fp16's loss scaling.
 
-Applied to the model's step by `hpo.knobs.precision_plugins`. Observed from the dtypes that reached
+Applied to the model's step by its hook, `hpo.knobs.precision_plugins.PrecisionHook`: the plugin it
+makes converts the module, runs forward under autocast and owns fp16's GradScaler. Observed from the dtypes that reached
 matmul-class kernels (the dispatcher, or a compiled graph's metadata) and from whether a GradScaler
 scaled the loss."""
 
@@ -68,6 +69,7 @@ class Precision(Knob):
     help = "the dtype forward runs in: fp32, or bf16/fp16 autocast (fp16 with a GradScaler)"
     position = 10
     applies_to = "model"
+    hook = "hpo.knobs.precision_plugins:PRECISION_HOOK"
     specs = PRECISION_SPECS
     default = "fp32"
     reference = "fp32"
