@@ -30,7 +30,7 @@ def compiled_config(strategy: str, workload: dict = QUICKSTART_MODEL, **systems)
 
 
 def _compiled_per_rank(outcome) -> list[dict]:
-    return [rank["compiled"] for rank in outcome.ranks]
+    return outcome.record()["compiled_per_rank"]
 
 
 # The quickstart model widened to 128: its ~1.7 MB of gradients take two or more 1 MB buckets.
@@ -91,4 +91,5 @@ def test_ddp_compile_with_buckets_under_its_first_bucket_is_refused():
     with pytest.raises(TrialRejected, match="needs systems.parallel.bucket_cap_mb >= 1 .*got 0.5") as refused:
         check_supported(config.knobs, config.parallel)
     assert refused.value.verdict.kind.value == "incompatible"
-    check_supported(compiled_config("ddp", parallel={**PARALLEL, "bucket_cap_mb": 1}).knobs, config.parallel)
+    one_mb = compiled_config("ddp", parallel={**PARALLEL, "bucket_cap_mb": 1})
+    check_supported(one_mb.knobs, one_mb.parallel)
