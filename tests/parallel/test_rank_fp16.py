@@ -17,7 +17,8 @@ from hpo.parallel.sharded_scaling import check_loss_scaling, scale_sharded_loss
 # fp16's unit roundoff, relative: one rounding of a value to fp16's 10 mantissa bits. The ranks
 # compute what one process does but sum the gradients in another order and, under FSDP2, run the
 # model on fp16 parameters where one process autocasts; measured after 4 steps on the quickstart
-# model (2026-12-06), relative: DDP 4e-6, FSDP2 1e-5. Training on the wrong rows misses by 1e-2.
+# model (2026-12-06), relative: DDP 4e-6, FSDP2 1e-5. The fp32 parity check's fault (GPT-2 trained on
+# half of each global batch, tests/parallel_ranks.py) missed by 8e-3, 16x this bound.
 FP16_RTOL = 2.0**-11
 
 
@@ -33,8 +34,8 @@ def test_ddp_fp16_autocasts_scales_the_loss_and_reduces_fp32_gradients():
     outcome = run_ranks(config, deadline_s=300)
     _assert_fp16_parity(config, outcome)
     record = outcome.record()
-    # Autocast keeps fp32 parameters; their (unscaled by DDP, scaled by the loss) gradients are
-    # all-reduced in fp32, one bucket for this model.
+    # Autocast keeps fp32 parameters; their gradients (of the scaled loss) are all-reduced in fp32,
+    # in one bucket for this model.
     assert record["param_dtypes_seen"] == ["float32"]
     assert record["reduce_dtypes_seen"] == ["float32"]
     assert record["wire"]["all_reduce"]["calls"] == 1
