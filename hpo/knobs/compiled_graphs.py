@@ -97,16 +97,22 @@ def graph_cache_tag(knobs: Mapping[str, object]) -> str:
 def compile_model(model: nn.Module, mode: str, backend: str, record: GraphRecord, *, knobs: Mapping[str, object]) -> nn.Module:
     """Compile `model` with `mode`; graphs are recorded into `record` as they are compiled, each
     compiled under the cache-key tag of `knobs` (the trial's knob values, by name)."""
+    return torch.compile(model, backend=recording_backend(model, mode, backend, record, knobs=knobs))
+
+
+def recording_backend(model: nn.Module, mode: str, backend: str, record: GraphRecord, *, knobs: Mapping[str, object]):
+    """The compile backend `compile_model` hands torch.compile, for a caller that compiles a part of
+    `model` (a block's forward) itself; `model.training` says which mode each graph was compiled in."""
     inner = _inner_backend(mode, backend)
 
-    def recording_backend(gm: torch.fx.GraphModule, example_inputs):
+    def recording(gm: torch.fx.GraphModule, example_inputs):
         record.add(gm, model.training)
         # AOTAutograd computes its cache key inside this call; the backward graph compiled later
         # is keyed by Inductor on its own aten ops, in which the kernel is explicit.
         with compile_cache_key_tag(graph_cache_tag(knobs)):
             return inner(gm, example_inputs)
 
-    return torch.compile(model, backend=recording_backend)
+    return recording
 
 
 class CompileHook(ModelHook):

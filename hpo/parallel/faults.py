@@ -95,7 +95,7 @@ def _collective_timeout(seen: RankExits, rank: int, error: dict) -> Verdict:
 
 
 # What every rank of one trial must have seen alike; a rank that saw otherwise ran something else.
-AGREED = ("param_dtypes_seen", "reduce_dtypes_seen", "batch_per_rank_seen")
+AGREED = ("param_dtypes_seen", "reduce_dtypes_seen", "batch_per_rank_seen", "compiled")
 
 
 def disagreement(results: list[dict]) -> Verdict | None:

@@ -44,13 +44,12 @@ class RanksOutcome:
     last_steps: dict[int, int] = field(default_factory=dict)  # the last step each rank reported
 
     def record(self) -> dict[str, Any]:
-        """What the trial records about its ranks: rank 0's view plus every rank's peak memory and
-        collective share."""
+        """What the trial records about its ranks: rank 0's view plus every rank's peak memory,
+        collective share and compiled graphs."""
         if not self.ranks:
             return {}
         first = self.ranks[0]
-        peaks = [r["peak_memory_mb"] for r in self.ranks]
-        shares = [r["collective_share"] for r in self.ranks]
+        per_rank = {f"{key}_per_rank": [r[key] for r in self.ranks] for key in ("peak_memory_mb", "collective_share", "compiled")}
         keys = (
             "global_batch",
             "batch_per_rank",
@@ -62,9 +61,8 @@ class RanksOutcome:
         )
         return {
             **{k: first[k] for k in keys},
-            "peak_memory_mb_per_rank": peaks,
-            "peak_memory_mb_max": max(peaks),
-            "collective_share_per_rank": shares,
+            **per_rank,
+            "peak_memory_mb_max": max(per_rank["peak_memory_mb_per_rank"]),
         }
 
 

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from hpo.config.trial import ParallelSettings, TrialConfig
 from hpo.engine import AssembledModel, run_step
 from hpo.parallel.group import rank_device
+from hpo.parallel.rank_compile import checked_compile
 from hpo.parallel.step_evidence import RecordedStep, recorded_step
 from hpo.parallel.wrap import check_supported, knobs_on_rank, wrap_assembled
 from hpo.workloads.base import Batch
@@ -62,7 +63,7 @@ def train_on_rank(config: TrialConfig, rank: int = 0, world: int = 1, after_step
             step_s.append(time.perf_counter() - started)
         if after_step is not None:
             after_step(rank, step)
-    result = _result(assembled, settings, world, _global_losses(losses, world), step_s, recorded)
+    result = _result(assembled, settings, rank, world, _global_losses(losses, world), step_s, recorded)
     # Every rank evaluates (FSDP2 gathers its parameters for it); their metrics are the same.
     return {**result, "batch_per_rank_seen": rows_seen, "metrics": assembled.evaluate(), "n_params": assembled.n_params}
 
@@ -83,7 +84,7 @@ def _assembled(config: TrialConfig, settings: ParallelSettings, device: torch.de
     knobs = knobs_on_rank(config.knobs, settings) if world > 1 else config.knobs
     assembled = AssembledModel(workload, knobs, config.training, device)
     if world > 1:
-        wrap_assembled(assembled, settings, config.knobs.precision)
+        wrap_assembled(assembled, settings, config.knobs)
     return assembled
 
 
@@ -99,6 +100,7 @@ def _global_losses(losses: list[torch.Tensor], world: int) -> list[float]:
 def _result(
     assembled: AssembledModel,
     settings: ParallelSettings,
+    rank: int,
     world: int,
     losses: list[float],
     step_s: list[float],
@@ -116,6 +118,7 @@ def _result(
         "wire": wire,
         "collective_share": recorded.collective_share,
         "parallel_observed": recorded.observed,
+        "compiled": checked_compile(assembled, rank),  # raises on a rank that trained no compiled graph
         **_dtypes_seen(assembled, settings, wire),
     }
 

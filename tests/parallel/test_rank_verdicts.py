@@ -52,8 +52,21 @@ def test_another_error_of_a_rank_is_recorded_with_its_type():
     assert str(verdict) == "error: rank 0 after step 0: ValueError: bad shape"
 
 
+AGREED_RESULT = {
+    "param_dtypes_seen": ["bfloat16"],
+    "reduce_dtypes_seen": ["float32"],
+    "batch_per_rank_seen": 4,
+    "compiled": {"graphs": 3, "train_graphs": 3, "checkpoint_regions": 0},
+}
+
+
 def test_ranks_that_saw_different_dtypes_on_the_wire_end_mismatch_naming_the_rank():
-    agreed = {"param_dtypes_seen": ["bfloat16"], "reduce_dtypes_seen": ["float32"], "batch_per_rank_seen": 4}
-    assert disagreement([agreed, dict(agreed)]) is None
-    verdict = disagreement([agreed, {**agreed, "reduce_dtypes_seen": ["bfloat16"]}])
+    assert disagreement([AGREED_RESULT, dict(AGREED_RESULT)]) is None
+    verdict = disagreement([AGREED_RESULT, {**AGREED_RESULT, "reduce_dtypes_seen": ["bfloat16"]}])
     assert str(verdict) == "mismatch: rank 1 saw reduce_dtypes_seen ['bfloat16'], rank 0 saw ['float32']"
+
+
+def test_ranks_that_compiled_different_graphs_end_mismatch_naming_the_rank():
+    fewer = {**AGREED_RESULT, "compiled": {"graphs": 1, "train_graphs": 1, "checkpoint_regions": 0}}
+    verdict = disagreement([AGREED_RESULT, fewer])
+    assert str(verdict).startswith("mismatch: rank 1 saw compiled {'graphs': 1, 'train_graphs': 1")
