@@ -1,12 +1,12 @@
-"""The Hugging Face no-code text classification workload as 2 ranks over real gloo on the CPU, on the
-pretrained MiniLM an installed package ships (offline): under DDP and under FSDP2, the same losses
-as one process at the same global batch, within the rounding bound; and its model trained in train
-mode on a rank, as hpo's one-process loop trains it."""
+"""The Hugging Face no-code workloads as 2 ranks over real gloo on the CPU: text classification on the
+pretrained MiniLM an installed package ships (offline) and causal LM on a tiny GPT-2, under DDP and
+under FSDP2, with the same losses as one process at the same global batch, within the rounding
+bound; and the model trained in train mode on a rank, as hpo's one-process loop trains it."""
 
 from __future__ import annotations
 
 import pytest
-from hf_fixtures import tiny_bert, topic_files
+from hf_fixtures import TEXT, tiny_bert, tiny_gpt2, topic_files
 from hub_cache import package_model
 from parallel_ranks import assert_parity, no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
@@ -43,6 +43,26 @@ def test_minilm_text_classification_as_two_ranks_trains_as_one_process(tmp_path,
     collective = "all_reduce" if strategy == "ddp" else "reduce_scatter"
     assert record["wire"][collective]["dtypes"] == ["float32"]
     assert set(outcome.ranks[0]["metrics"]) == {"val_accuracy", "val_f1", "val_loss"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_gpt2_causal_lm_as_two_ranks_trains_as_one_process(tmp_path, strategy):
+    (tmp_path / "train.txt").write_text(TEXT)
+    (tmp_path / "validation.txt").write_text(TEXT[: len(TEXT) // 4])
+    workload = {
+        "name": "hf_causal_lm",
+        "model_name_or_path": str(tiny_gpt2(tmp_path / "gpt2", TEXT)),
+        "train_file": str(tmp_path / "train.txt"),
+        "validation_file": str(tmp_path / "validation.txt"),
+        "block_size": 16,
+        "cache_dir": str(tmp_path / "cache"),
+        "config_overrides": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},  # GPT-2's dropouts
+    }
+    config = two_rank_config(strategy, workload=workload, max_steps=3)
+    outcome = run_ranks(config, deadline_s=300)
+    assert_parity(config, outcome)
+    assert set(outcome.ranks[0]["metrics"]) == {"val_loss", "val_perplexity"}
 
 
 def test_a_rank_trains_a_checkpoint_in_train_mode(tmp_path, monkeypatch):
