@@ -99,11 +99,11 @@ class TrialRecord(_Record):
     )
     parallel: dict[str, Any] | None = Field(
         None,
-        description="a trial run as several ranks (`systems.parallel`): `global_batch`, `batch_per_rank` (and `batch_per_rank_seen`, the "
-        "rows a rank trained on), `samples_per_s` over all ranks, `peak_memory_mb_per_rank` and `peak_memory_mb_max`, `wire` (each "
-        "collective of one steady step: calls, elements per call, dtypes), `param_dtypes_seen` and `reduce_dtypes_seen` (on the wire, not "
-        "as asked), `collective_share_per_rank` (see `collective_share`), `compiled_per_rank` (each rank's compiled `graphs`, "
-        "`train_graphs`, `checkpoint_regions`), `last_steps` (the last step each rank reported)",
+        description="a trial run as several ranks (`systems.parallel`): `global_batch`, `batch_per_rank` (`batch_per_rank_seen`: rows a "
+        "rank trained on), `samples_per_s` over all ranks, `peak_memory_mb_per_rank`, `peak_memory_mb_max`, `wire` (a steady step's "
+        "collectives: calls, elements per call, dtypes), `param_dtypes_seen`, `reduce_dtypes_seen` (on the wire), `collective_share_per_rank`, "
+        "`compiled_per_rank` (each rank's `graphs`, `train_graphs`, `checkpoint_regions`), `last_steps` (each rank's last step), `lightning` "
+        "(what a Lightning workload's Trainer ran on rank 0: `strategy`, `world_size`, `global_rank`, `precision`, `model_wrapped_as`)",
     )
     collective_share: float | None = Field(
         None,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from hpo.config.params import AutoBatch, Choices, Fixed, IntRange, ParamSpec
 from hpo.config.schema import ParallelSpec, SpaceFile
 from hpo.errors import UserInputError
+from hpo.workloads.catalog import trainer_of
 
 __all__ = ["check_parallel", "gpus_shown", "visible_cuda_devices"]
 
@@ -48,6 +49,7 @@ def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callabl
         return
     _check_devices(parallel, spec.systems.device, where)
     _check_not_yet(spec, params, where)
+    _check_lightning_strategy(spec, where)
     if "batch_size" in params:
         _check_batch(parallel.processes, params["batch_size"], where("params.batch_size"))
 
@@ -94,6 +96,18 @@ def _check_not_yet(spec: SpaceFile, params: dict[str, ParamSpec], where: Callabl
             raise UserInputError(
                 f"{where(key)}: {value!r} is not supported with systems.parallel yet; remove it or run one process"
             )
+
+
+def _check_lightning_strategy(spec: SpaceFile, where: Callable[[str], str]) -> None:
+    """hpo's `fsdp` is FSDP2 (`fully_shard`). Lightning 2.6's `FSDPStrategy` is FSDP1 and refuses a
+    CPU accelerator; its FSDP2 `ModelParallelStrategy` shards only in the module's own
+    `configure_model`. Neither runs what `fsdp` means, so a Lightning workload's trial runs DDP only."""
+    if "fsdp" in spec.systems.parallel.choices()["strategy"] and trainer_of(spec.workload.name) == "lightning":
+        raise UserInputError(
+            f"{where('systems.parallel.strategy')}: 'fsdp' is FSDP2 (fully_shard), which Lightning's Trainer does not "
+            f"apply to a module (its FSDPStrategy is FSDP1 and needs CUDA; ModelParallelStrategy needs the module's own "
+            f"configure_model); use strategy ddp for workload {spec.workload.name!r}, or an hpo-loop workload for fsdp"
+        )
 
 
 def _check_batch(processes: int, batch: ParamSpec, path: str) -> None:

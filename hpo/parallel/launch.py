@@ -14,6 +14,7 @@ import json
 import multiprocessing.connection
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,12 @@ from hpo.parallel.rank_loop import AfterStep, train_on_rank
 from hpo.parallel.rank_memory import rank_memory_limit
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["RanksOutcome", "run_ranks"]
+__all__ = ["RankTrain", "RanksOutcome", "run_ranks"]
+
+# What a rank runs once it joined the group: (config, rank, world, after_step) -> its result. hpo's
+# own loop by default; a Lightning workload's trials pass Lightning's (hpo.trial), which this layer
+# cannot import. Module level, so the spawned ranks find it by name.
+RankTrain = Callable[[TrialConfig, int, int, AfterStep | None], dict]
 
 HOST = "127.0.0.1"
 _STOP_GRACE_S = 5.0  # a rank stopped with SIGTERM gets this long before SIGKILL
@@ -72,10 +78,11 @@ def run_ranks(
     own_configs: list[dict] | None = None,
     after_step: AfterStep | None = None,
     deadline_s: float | None = None,
+    train: RankTrain = train_on_rank,
 ) -> RanksOutcome:
-    """Run `config` as `config.parallel.processes` ranks. `own_configs` (by rank; default: the
-    config on every rank) is what each rank is handed; `after_step` is called in each rank after
-    each step, and must be picklable (a module-level function)."""
+    """Run `config` as `config.parallel.processes` ranks, each training with `train`. `own_configs`
+    (by rank; default: the config on every rank) is what each rank is handed; `after_step` is called
+    in each rank after each step; both functions must be picklable (module-level)."""
     settings = config.parallel
     try:
         store = dist.TCPStore(
@@ -96,18 +103,22 @@ def run_ranks(
         )
     try:
         payloads = own_configs or [config.to_dict()] * settings.processes
-        return _run(store, settings, payloads, after_step, deadline_s)
+        return _run(store, settings, payloads, (train, after_step), deadline_s)
     finally:
         del store  # the server's socket closes with its last reference: no port stays bound
 
 
 def _run(
-    store: dist.TCPStore, settings: ParallelSettings, payloads: list[dict], after_step: AfterStep | None, deadline_s: float | None
+    store: dist.TCPStore,
+    settings: ParallelSettings,
+    payloads: list[dict],
+    steps: tuple[RankTrain, AfterStep | None],
+    deadline_s: float | None,
 ) -> RanksOutcome:
     """Start the ranks, watch them to their end, stop any left, and read what they wrote."""
     context = torch.multiprocessing.start_processes(
         _rank_main,
-        args=(settings.processes, store.port, os.getpid(), payloads, settings.collective_timeout_s, after_step),
+        args=(settings.processes, store.port, os.getpid(), payloads, settings.collective_timeout_s, steps),
         nprocs=settings.processes,
         join=False,
         start_method="spawn",
@@ -126,9 +137,16 @@ def _run(
 
 
 def _rank_main(
-    rank: int, world: int, port: int, launcher_pid: int, payloads: list[dict], timeout_s: float, after_step: AfterStep | None
+    rank: int,
+    world: int,
+    port: int,
+    launcher_pid: int,
+    payloads: list[dict],
+    timeout_s: float,
+    steps: tuple[RankTrain, AfterStep | None],
 ) -> None:
     """A rank's whole life; what ends it is written to the store before it exits nonzero."""
+    train, after_step = steps
     die_with_parent(launcher_pid)
     quiet_threads()
     store = connect_store(HOST, port, timeout_s)
@@ -145,7 +163,7 @@ def _rank_main(
         with joined_group(store, rank, world, settings, device):
             config = fixed_config(parse_space(agree_on_config(own, rank, world), "rank 0's config"))
             with rank_memory_limit(device, config.memory_limit_gb):
-                result = train_on_rank(config, rank, world, reported)
+                result = train(config, rank, world, reported)
         store.set(f"result/{rank}", json.dumps(result))
     except BaseException as exc:
         store.set(f"error/{rank}", json.dumps(describe_error(exc)))

@@ -83,6 +83,7 @@ def _assembled(config: TrialConfig, settings: ParallelSettings, device: torch.de
     torch.manual_seed(config.seed)  # the same initial weights on every rank (FSDP2 shards each rank's own)
     knobs = knobs_on_rank(config.knobs, settings) if world > 1 else config.knobs
     assembled = AssembledModel(workload, knobs, config.training, device)
+    assembled.model.train()  # as hpo's one-process loop trains: a checkpoint may load in eval mode (transformers' does)
     if world > 1:
         wrap_assembled(assembled, settings, config.knobs)
     return assembled

@@ -41,6 +41,7 @@ from hpo.knobs.registry import PRECISION_SPECS
 from hpo.knobs.systems import applied_to_process, model_hooks
 from hpo.torch_compat import install_scheduler_tracked_step
 from hpo.trial._lightning_callback import callback_class
+from hpo.trial._lightning_ranks import LightningRanks
 from hpo.trial._trainer import EvalCallback, TrainResult
 from hpo.workloads.lightning import LightningWorkload
 
@@ -94,10 +95,14 @@ def _rebuild_optimizers(returned, impl: str):
 
 
 def train_lightning(
-    workload: LightningWorkload, config: TrialConfig, device: torch.device, on_eval: EvalCallback | None = None
+    workload: LightningWorkload,
+    config: TrialConfig,
+    device: torch.device,
+    on_eval: EvalCallback | None = None,
+    ranks: LightningRanks | None = None,
 ) -> TrainResult:
-    import lightning.pytorch as pl
-
+    """Fit the trial's module with Lightning's Trainer on `device`; with `ranks`, as one rank of the
+    group hpo's launcher started and joined (`hpo.trial._lightning_ranks`), under Lightning's DDP."""
     knobs, training = config.knobs, config.training
     if PRECISION_SPECS[knobs.precision].lightning == "16-mixed" and device.type == "cpu":
         # Lightning's accelerator connector swaps 16-mixed for bf16-mixed on CPU with a warning.
@@ -112,13 +117,12 @@ def train_lightning(
     module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
     callback = callback_class()(view, config, workload, on_eval)
     train_loader, val_loader = workload.build_loaders(training.batch_size, config.seed)
+    placement = lightning_device(device) if ranks is None else ranks.trainer_args(device)
+    callbacks = [callback] if ranks is None else [callback, ranks.callback(workload, config)]
+    if ranks is not None:
+        train_loader = ranks.rows_of_rank(train_loader, training.batch_size)
     with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
-        trainer = pl.Trainer(
-            **lightning_device(device), precision=view.precision.lightning,
-            max_steps=training.max_steps, val_check_interval=training.eval_every, check_val_every_n_epoch=None,
-            num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[callback],
-        )  # fmt: skip
+        trainer = _trainer(config, placement, callbacks, root, view.precision.lightning)
         # Every knob's around-step setting, as in hpo's loop, for the whole fit, its steps and validations
         # alike: the pinned SDPA kernel (SDPA raises rather than quietly dispatching another), the process knobs.
         with applied_to_process(view.values, device.type), callback.capture_closed():
@@ -141,6 +145,20 @@ def _assembled(workload: LightningWorkload, config: TrialConfig, device: torch.d
     view.model = workload.build_model(**build_kwargs(hooks))
     apply_to_model(view, hooks)
     return view
+
+
+def _trainer(config: TrialConfig, placement: dict, callbacks: list, root: str, precision: str):
+    """Lightning's Trainer for the trial: `precision` as the precision knob's plugin names it, hpo's schedule, no logs or
+    checkpoints; `placement` is its accelerator, devices and (on ranks) strategy."""
+    import lightning.pytorch as pl
+
+    training = config.training
+    return pl.Trainer(
+        **placement, precision=precision,
+        max_steps=training.max_steps, val_check_interval=training.eval_every, check_val_every_n_epoch=None,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=callbacks,
+    )  # fmt: skip
 
 
 def lightning_device(device: torch.device) -> dict:
@@ -179,6 +197,9 @@ def _quiet_lightning():
         with warnings.catch_warnings():
             # Lightning 2.6 on torch 2.13 warns of its own use of a deprecated pytree API on every fit.
             warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+            # On ranks, each validates the whole validation set on the same weights: its metrics are
+            # the group's, with nothing to reduce (Lightning recommends sync_dist=True in any group).
+            warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
             yield
     finally:
         for lg, level in zip(loggers, levels):

@@ -10,15 +10,17 @@ import torch
 
 from hpo.config.trial import TrialConfig
 from hpo.errors import UserInputError
-from hpo.parallel import run_ranks
+from hpo.parallel import RanksOutcome, run_ranks, train_on_rank
 from hpo.parallel.group import rank_device
 from hpo.records import RecordKey
+from hpo.trial._lightning_rank_train import train_lightning_on_rank
 from hpo.trial._memory_limit import oom_part
 from hpo.trial._outcome import TrialOutcome, ended
 from hpo.trial._ranks_speed import ranks_speed_attrs
 from hpo.trial._speed_record import objective_values
 from hpo.trial._trainer import TrainResult
 from hpo.verdicts import Kind, Verdict
+from hpo.workloads.catalog import trainer_of
 
 __all__ = ["check_ranks_can_run", "execute_ranks"]
 
@@ -44,11 +46,9 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
     """Run the trial as its ranks, adding to `attrs` (what was asked: config, knobs, device); a
     failed rank's verdict (crashed, timeout, mismatch) is the outcome."""
     check_ranks_can_run(config)
-    outcome = run_ranks(config, deadline_s=deadline_s)
-    attrs[RecordKey.PARALLEL] = {**outcome.record(), "last_steps": outcome.last_steps}
-    if outcome.ranks:  # recorded also when an effect contradicts the request: the evidence of it
-        attrs[RecordKey.PARALLEL_OBSERVED] = outcome.ranks[0]["parallel_observed"]
-        attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
+    lightning = trainer_of(config.workload) == "lightning"
+    outcome = run_ranks(config, deadline_s=deadline_s, train=train_lightning_on_rank if lightning else train_on_rank)
+    attrs |= _ranks_attrs(outcome) | {RecordKey.TRAINER: "lightning" if lightning else "hpo"}
     if not outcome.verdict.ok:
         return ended(_implicating(config, outcome.verdict), attrs)
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
@@ -71,6 +71,23 @@ def _implicating(config: TrialConfig, verdict: Verdict) -> Verdict:
     if verdict.kind is Kind.OOM and not verdict.implicates:
         return Verdict.make(Kind.OOM, verdict.detail, oom_part(config))
     return verdict
+
+
+def _ranks_attrs(outcome: RanksOutcome) -> dict:
+    """The ranks' record; with their results (recorded also when an effect contradicts the request:
+    the evidence of it), rank 0's observed effects, the largest collective share and, on Lightning's
+    Trainer, what it ran: its strategy, world size and precision, and the knobs its steps observed."""
+    attrs = {RecordKey.PARALLEL: {**outcome.record(), "last_steps": outcome.last_steps}}
+    if not outcome.ranks:
+        return attrs
+    first = outcome.ranks[0]
+    attrs[RecordKey.PARALLEL_OBSERVED] = first["parallel_observed"]
+    attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
+    if "lightning" in first:
+        attrs[RecordKey.PARALLEL]["lightning"] = first["lightning"]
+        attrs[RecordKey.LIGHTNING_PRECISION] = first["lightning"]["precision"]
+        attrs[RecordKey.KNOBS_OBSERVED] = first["knobs_observed"]
+    return attrs
 
 
 def _largest(shares) -> float | None:

@@ -31,6 +31,7 @@ __all__ = [
     "options_class",
     "parse_options",
     "resolve_factory",
+    "trainer_of",
 ]
 
 BUILTIN_WORKLOADS: dict[str, str] = {
@@ -81,6 +82,14 @@ def options_class(name: str) -> type[WorkloadOptions]:
         require_extra(f"workload.name: {name}", module.PACKAGES, module.EXTRA)
         return module.Options
     return getattr(resolve_factory(name), "Options", WorkloadOptions)
+
+
+def trainer_of(name: str) -> str:
+    """The loop that trains the workload: "lightning" (Lightning's Trainer) or "hpo"; a built-in's
+    from its torch-free options module (its `TRAINER`), a user's from its class."""
+    if name in BUILTIN_OPTIONS:
+        return getattr(_import(BUILTIN_OPTIONS[name], name), "TRAINER", "hpo")
+    return getattr(resolve_factory(name), "trainer", "hpo")
 
 
 def checkpoint_option(name: str) -> str | None:
