@@ -25,7 +25,7 @@ from hpo.config.space import parse_space
 from hpo.config.trial import ParallelSettings, TrialConfig
 from hpo.parallel.agreement import agree_on_config
 from hpo.parallel.effects import contradiction
-from hpo.parallel.faults import RankExits, classify, describe_error, disagreement
+from hpo.parallel.faults import RankExits, agreed_error, classify, describe_error, disagreement
 from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
 from hpo.verdicts import Kind, Verdict
@@ -36,11 +36,27 @@ HOST = "127.0.0.1"
 _STOP_GRACE_S = 5.0  # a rank stopped with SIGTERM gets this long before SIGKILL
 
 
+# What the trial records of rank 0's result as it is (every rank saw the same, or the trial failed).
+_RANK_0_KEYS = (
+    "global_batch",
+    "batch_per_rank",
+    "batch_per_rank_seen",
+    "samples_per_s",
+    "wire",
+    "param_dtypes_seen",
+    "reduce_dtypes_seen",
+    "knobs_not_observed",
+)
+
+
 @dataclass
 class RanksOutcome:
     verdict: Verdict
     ranks: list[dict] = field(default_factory=list)  # each rank's result, by rank (empty unless all ended ok)
     last_steps: dict[int, int] = field(default_factory=dict)  # the last step each rank reported
+    # A verdict the ranks agreed on, as rank 0 recorded it: with the failing rank's traceback, rank
+    # 0's observed knobs or the probe's seconds, where it has them.
+    agreed: dict | None = None
 
     def record(self) -> dict[str, Any]:
         """What the trial records about its ranks: rank 0's view plus every rank's peak memory and
@@ -50,17 +66,9 @@ class RanksOutcome:
         first = self.ranks[0]
         peaks = [r["peak_memory_mb"] for r in self.ranks]
         shares = [r["collective_share"] for r in self.ranks]
-        keys = (
-            "global_batch",
-            "batch_per_rank",
-            "batch_per_rank_seen",
-            "samples_per_s",
-            "wire",
-            "param_dtypes_seen",
-            "reduce_dtypes_seen",
-        )
         return {
-            **{k: first[k] for k in keys},
+            **{k: first[k] for k in _RANK_0_KEYS},
+            "probe_s_per_rank": first["probe"]["probe_s_per_rank"],
             "peak_memory_mb_per_rank": peaks,
             "peak_memory_mb_max": max(peaks),
             "collective_share_per_rank": shares,
@@ -120,7 +128,7 @@ def _run(
     seen.stopped = stopped
     seen = _read_store(store, seen)
     if seen.exits or seen.errors or seen.deadline_s is not None:
-        return RanksOutcome(classify(seen), last_steps=seen.progress)
+        return RanksOutcome(classify(seen), last_steps=seen.progress, agreed=agreed_error(seen))
     results = [json.loads(store.get(f"result/{r}")) for r in range(settings.processes)]
     verdict = disagreement(results) or contradiction(results, settings) or Verdict.make(Kind.OK)
     return RanksOutcome(verdict, results, seen.progress)

@@ -1,6 +1,7 @@
 """A trial with `systems.parallel`: its ranks run it (`hpo.parallel`), and this process, rank 0's
-launcher, writes the one record. The single-process probe does not run: its verdict would be about
-one process, not about the ranks (the probe on every rank is still to come)."""
+launcher, writes the one record. The probe runs on every rank, not here (`hpo.parallel.rank_probe`):
+its seconds, rank 0's compared step and what it did not cover under ranks are recorded, and a
+failing rank's traceback with the verdict that names it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import torch
 
 from hpo.config.trial import TrialConfig
 from hpo.errors import UserInputError
-from hpo.parallel import run_ranks
+from hpo.parallel import RanksOutcome, run_ranks
 from hpo.parallel.group import rank_device
+from hpo.parallel.rank_probe import PROBE_UNDER_RANKS
 from hpo.records import RecordKey
 from hpo.trial._outcome import TrialOutcome, ended
 from hpo.trial._ranks_speed import ranks_speed_attrs
@@ -44,14 +46,46 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
     failed rank's verdict (crashed, timeout, mismatch) is the outcome."""
     check_ranks_can_run(config)
     outcome = run_ranks(config, deadline_s=deadline_s)
-    attrs[RecordKey.PARALLEL] = {**outcome.record(), "last_steps": outcome.last_steps}
+    attrs[RecordKey.PARALLEL] = {**outcome.record(), "last_steps": outcome.last_steps, "probe": PROBE_UNDER_RANKS}
+    attrs |= _probe_attrs(outcome)
     if outcome.ranks:  # recorded also when an effect contradicts the request: the evidence of it
         attrs[RecordKey.PARALLEL_OBSERVED] = outcome.ranks[0]["parallel_observed"]
+        attrs[RecordKey.KNOBS_OBSERVED] = outcome.ranks[0]["knobs_observed"]
         attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
     if not outcome.verdict.ok:
         return ended(outcome.verdict, attrs)
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
-    attrs |= {
+    attrs |= _trained_attrs(config, result)
+    return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
+
+
+def _probe_attrs(outcome: RanksOutcome) -> dict:
+    """The probe's record: its seconds (the slowest rank's, which every rank waited for), rank 0's
+    blame and compared step; when the ranks agreed on a failure, what rank 0 kept of it (the failing
+    rank's traceback, rank 0's observed knobs, the probe's seconds)."""
+    if not outcome.ranks:
+        agreed = outcome.agreed or {}
+        kept = {
+            RecordKey.ERROR_TRACEBACK: agreed.get("traceback"),
+            RecordKey.KNOBS_OBSERVED: agreed.get("knobs_observed"),
+            RecordKey.PROBE_S: agreed.get("probe_s"),
+        }
+        return {key: value for key, value in kept.items() if value is not None}
+    probe = outcome.ranks[0]["probe"]
+    return {
+        RecordKey.PROBE_S: max(probe["probe_s_per_rank"]),
+        RecordKey.PROBE_CACHED: False,
+        RecordKey.PROBE_BLAME: probe["blame"],
+        RecordKey.PROBE_LOSS_REL_ERR: probe["loss_rel_err"],
+        RecordKey.PROBE_GRAD_REL_ERR: probe["grad_rel_err"],
+        RecordKey.PROBE_LOSS_BOUND: probe["loss_bound"],
+        RecordKey.PROBE_GRAD_BOUND: probe["grad_bound"],
+        RecordKey.PROBE_NUMERICS_NOT_JUDGED: probe["numerics_not_judged"],
+    }
+
+
+def _trained_attrs(config: TrialConfig, result: TrainResult) -> dict:
+    return {
         RecordKey.METRICS: result.metrics,
         RecordKey.TRAIN_SAMPLES_PER_S: _known(result.train_samples_per_s),
         RecordKey.STEADY_SAMPLES_PER_S: _known(result.train_samples_per_s),
@@ -61,7 +95,6 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
         RecordKey.N_PARAMS: result.n_params,
         RecordKey.STEPS_RUN: result.steps,
     }
-    return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
 
 
 def _largest(shares) -> float | None:
@@ -79,7 +112,7 @@ def _train_result(config: TrialConfig, first: dict, peak_mb: float) -> TrainResu
     samples_per_s = first["samples_per_s"] or math.nan
     return TrainResult(
         metrics=first["metrics"],
-        knobs_observed={},
+        knobs_observed=first["knobs_observed"],
         step_time_ms=1000 * first["global_batch"] / samples_per_s,
         train_samples_per_s=samples_per_s,
         peak_mem_mb=peak_mb,
