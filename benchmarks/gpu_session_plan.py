@@ -1,8 +1,9 @@
 """What `scripts/gpu-session` runs, step by step, and what it keeps of each step.
 
 1. install the carried wheels; 2. the environment and `hpo doctor`; 3. correctness, in parallel:
-gpu-check streams over the knob matrix, a joint study of search_spaces/gpu.yaml, the model zoo and a short
-loader stream (scripts/bench-loader on png_images, pin_memory false and true); 4.-6. timing,
+gpu-check streams over the knob matrix, a joint study of search_spaces/gpu.yaml, trials of ranks
+over NCCL (scripts/bench-parallel, one rank per GPU), the model zoo and a short loader stream
+(scripts/bench-loader on png_images, pin_memory false and true); 4.-6. timing,
 each step alone on the GPU: the knob benchmark, hpo against a hand-written loop on
 benchmarks/configs/big.yaml (its hpo side also gives big.yaml's eager MFU) and big.yaml compiled;
 7. a probe_first study of the same space, alone (its opening sweep ranks by speed).
@@ -45,6 +46,7 @@ LOCK = "hpo:probe_first:sweeper"  # hpo.strategy.LOCK_ATTR (this runner imports 
 ZOO_SHARE = 0.7  # of the correctness step's cap: the zoo starts no model later, and one model's probes fit the rest
 LOADER_SHARE = 0.6  # of the same cap: the loader stream starts no setting later (one png_images trial: about 4 s on a CPU)
 MEMORY_SHARE = 0.6  # of the same cap: the memory budget starts no row later (one big.yaml trial: about 30 s on the H200)
+PARALLEL_SHARE = 0.6  # of the same cap: the ranks' stream starts no trial later (never run on a GPU yet: no time measured)
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -67,6 +69,7 @@ class Plan:
         self.zoo = out / f"zoo-{kind}.json"
         self.loader = out / f"loader-{kind}.json"
         self.memory = work / "memory.json"  # into the session's JSON: the call brings back at most 8 files
+        self.parallel = work / "parallel.json"  # the same
         work.mkdir(parents=True, exist_ok=True)
 
     def _cap(self, seconds: float) -> float:
@@ -148,6 +151,7 @@ class Plan:
         ]
         jobs.append(self._study("joint", self._space("joint")))
         jobs.append((self._memory(),))
+        jobs.append((self._parallel(),))
         jobs.append((self._zoo(),))
         jobs.append((self._loader(),))
 
@@ -163,10 +167,11 @@ class Plan:
         def collect(record: dict) -> None:
             record["joint"] = self._study_result("joint")
             record["memory"] = _without_meta(self.memory)
+            record["parallel"] = _without_meta(self.parallel)
 
         what = (
-            f"gpu-check streams {', '.join(streams)}, a joint study, the memory budget, the model zoo and the loader stream, "
-            "in parallel"
+            f"gpu-check streams {', '.join(streams)}, a joint study, the memory budget, trials of ranks over NCCL, the model zoo "
+            "and the loader stream, in parallel"
         )
         return Step("correctness", what, self._cap(caps()["correctness"]), tuple(jobs), collect=collect, poll=merge)
 
@@ -204,6 +209,16 @@ class Plan:
             size = ["--limit", "half", "--precision", "bf16", "--max-batch", "256", "--multiple-of", "16", "--steps", "8"]
         argv = ["--config", str(config), *size, "--time-cap", f"{cap:.0f}", "--out", str(self.memory)]
         return self.script("bench-memory", *argv)
+
+    def _parallel(self) -> Run:
+        """Trials of ranks (scripts/bench-parallel): on CUDA over NCCL, one rank per visible GPU, so
+        a one-GPU machine runs one rank through NCCL's group and a host with several GPUs the DDP
+        and FSDP2 rows; the toy run, two rows over gloo. Beside the other jobs its samples/s say
+        that the path runs and what crossed the wire, not how fast. It starts no trial past
+        PARALLEL_SHARE of the step's cap and writes its JSON after each trial."""
+        cap = PARALLEL_SHARE * self._cap(caps()["correctness"])
+        size = ["--device", "cpu", "--toy", "--steps", "3"] if self.toy else ["--device", "cuda", "--steps", "12"]
+        return self.script("bench-parallel", *size, "--rounds", "1", "--time-cap", f"{cap:.0f}", "--out", str(self.parallel))
 
     def _loader(self) -> Run:
         """A short loader stream (scripts/bench-loader): png_images per loader setting, on CUDA each

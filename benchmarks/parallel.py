@@ -24,12 +24,15 @@ from hpo.config.trial import TrialConfig
 from hpo.records import RecordKey
 from hpo.trial import execute_ranks
 
-__all__ = ["ROWS", "row_config", "run_parallel_bench"]
+__all__ = ["ROWS", "row_config", "rows_for", "run_parallel_bench"]
 
 # A causal LM whose step is compute-bound at one thread per rank: its 3.3M parameters' gradients
 # (12.7 MB in fp32) cross the wire once per step, against 2.7 GFLOP of compute per sample.
 MODEL = {"d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "corpus_bytes": 200_000}
 GLOBAL_BATCH = 16
+# --toy (gpu-session's rehearsal on a CPU): a model that trains in seconds, and the first two rows.
+TOY_MODEL = {"d_model": 16, "n_layers": 2, "n_heads": 2, "seq_len": 16, "corpus_bytes": 20_000}
+TOY_ROWS = 2
 SMALL_BUCKET_MB, LARGE_BUCKET_MB = 1.0, 25.0
 
 ROWS: dict[str, dict] = {
@@ -39,18 +42,31 @@ ROWS: dict[str, dict] = {
     "FSDP2, 2 ranks, reshard_after_forward true": {"strategy": "fsdp", "reshard_after_forward": True},
     "FSDP2, 2 ranks, reshard_after_forward false": {"strategy": "fsdp", "reshard_after_forward": False},
 }
+ONE_GPU_ROW = "1 rank, nccl"
 
 
-def row_config(parallel: dict, steps: int) -> TrialConfig:
+def rows_for(device: str, gpus: int) -> dict[str, dict]:
+    """The rows this host can run: every row over gloo on the CPU; over NCCL on CUDA, one rank per
+    GPU. A one-GPU host runs its one rank through NCCL's group (a trial of ranks there is a world
+    of 1: its config agreed over NCCL, nothing wrapped); the 2-rank rows wait for 2 GPUs."""
+    if device == "cpu":
+        return ROWS
+    if gpus < 2:
+        return {ONE_GPU_ROW: {"processes": 1, "backend": "nccl"}}
+    return {name: {**parallel, "backend": "nccl"} for name, parallel in ROWS.items()}
+
+
+def row_config(parallel: dict, steps: int, device: str = "cpu", model: dict | None = None) -> TrialConfig:
+    model = MODEL if model is None else model
     raw = {
-        "workload": {"name": "causal_lm", "max_steps": steps, "eval_every": steps, "eval_batches": 1, **MODEL},
+        "workload": {"name": "causal_lm", "max_steps": steps, "eval_every": steps, "eval_batches": 1, **model},
         "params": {"batch_size": GLOBAL_BATCH, "lr": 1e-3},
         "systems": {
             "precision": "fp32",
             "attention": "sdpa",
             "optimizer": "foreach",
             "compile": False,
-            "device": "cpu",
+            "device": device,
             "parallel": {"processes": 2, "collective_timeout_s": 120, **parallel},
         },
     }
@@ -87,7 +103,7 @@ def _median(trials: list[dict], field: str) -> float | None:
 def summarize(trials: list[dict]) -> list[dict]:
     """Per row: the medians over its rounds, its speed-up over 1 rank's median, the load it ran at."""
     by_row = {name: [t for t in trials if t["row"] == name] for name in dict.fromkeys(t["row"] for t in trials)}
-    one_rank = _median(by_row.get("1 rank", []), "samples_per_s")
+    one_rank = _median(by_row.get("1 rank", by_row.get(ONE_GPU_ROW, [])), "samples_per_s")
     rows = []
     for name, runs in by_row.items():
         if not runs:
@@ -107,13 +123,28 @@ def summarize(trials: list[dict]) -> list[dict]:
     return rows
 
 
-def run_parallel_bench(steps: int, rounds: int, on_trial: Callable[[dict], None] | None = None) -> dict:
-    """Every row once per round; returns each trial and the per-row summary."""
-    trials = []
+def run_parallel_bench(
+    steps: int,
+    rounds: int,
+    on_trial: Callable[[dict], None] | None = None,
+    device: str = "cpu",
+    gpus: int = 0,
+    time_cap_s: float | None = None,
+    toy: bool = False,
+) -> dict:
+    """Every row this host can run (`rows_for`) once per round, none started past `time_cap_s`;
+    returns each trial and the per-row summary."""
+    rows, trials, started = rows_for(device, gpus), [], time.monotonic()
+    model = TOY_MODEL if toy else MODEL
+    if toy:
+        rows = dict(list(rows.items())[:TOY_ROWS])
     for round_index in range(rounds):
-        for name, parallel in ROWS.items():
-            trial = {"round": round_index, **_trial(name, row_config(parallel, steps))}
+        for name, parallel in rows.items():
+            if time_cap_s is not None and time.monotonic() - started > time_cap_s:
+                break
+            trial = {"round": round_index, **_trial(name, row_config(parallel, steps, device, model))}
             trials.append(trial)
             if on_trial is not None:
                 on_trial(trial)
-    return {"model": MODEL, "global_batch": GLOBAL_BATCH, "steps": steps, "trials": trials, "rows": summarize(trials)}
+    meta = {"model": model, "global_batch": GLOBAL_BATCH, "steps": steps, "device": device, "gpus": gpus}
+    return meta | {"rows_asked": list(rows), "trials": trials, "rows": summarize(trials)}

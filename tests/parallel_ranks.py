@@ -168,3 +168,14 @@ def no_rank_left_behind():
     assert not left, f"rank processes left running: {[(p.pid, p.cmdline()[:3]) for p in left]}"
     bound = _listening_ports(me) - ports
     assert not bound, f"ports left listening: {sorted(bound)}"
+
+
+HOG_BYTES = 3 * 2**30  # far over the memory limit the test sets; touched, so it is resident
+
+
+def hog_memory_on_rank(rank: int, step: int) -> None:
+    """The faulty rank takes (and touches) HOG_BYTES after step 1, as a rank whose activations or
+    a leak outgrow the limit; held in a global so that it stays."""
+    if (rank, step) == (FAULTY_RANK, FAULTY_STEP):
+        global _HELD
+        _HELD = torch.ones(HOG_BYTES // 4)

@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass, field
 
 from hpo.errors import TrialRejected
+from hpo.hardware import is_out_of_memory
 from hpo.parallel.agreement import AgreedVerdict, ConfigMismatch
 from hpo.verdicts import Kind, Verdict
 
@@ -28,7 +29,7 @@ def describe_error(exc: BaseException) -> dict:
         return {"kind": Kind.MISMATCH.value, "detail": text}
     if isinstance(exc, TrialRejected):
         return {"kind": exc.verdict.kind.value, "detail": exc.verdict.detail}
-    if isinstance(exc, MemoryError):
+    if is_out_of_memory(exc):  # hpo's meter over study.memory_limit_gb, or an allocation its cap refused
         return {"kind": Kind.OOM.value, "detail": text}
     if any(word in text.lower() for word in _TIMEOUT_WORDS):
         return {"kind": Kind.TIMEOUT.value, "detail": text}
@@ -67,7 +68,7 @@ def classify(seen: RankExits) -> Verdict:
             return Verdict.make(Kind.CRASHED, f"rank {rank} died (signal {name}) {seen.last_step(rank)}")
         if code != 0 and rank not in seen.errors:
             return Verdict.make(Kind.CRASHED, f"rank {rank} exited with code {code} {seen.last_step(rank)}")
-    by_kind = sorted(seen.errors.items(), key=lambda item: (item[1]["kind"] != Kind.TIMEOUT.value, item[0]))
+    by_kind = sorted(seen.errors.items(), key=lambda item: (_echo_rank(item[1]["kind"]), item[0]))
     if by_kind and by_kind[0][1]["kind"] == Kind.TIMEOUT.value:
         return _collective_timeout(seen, *by_kind[0])
     if by_kind:
@@ -93,6 +94,13 @@ def _named_by_the_ranks(seen: RankExits) -> Verdict | None:
 def agreed_error(seen: RankExits) -> dict | None:
     """The lowest rank's record of a verdict the ranks agreed on (every rank's is the same), if any."""
     return next((error for _, error in sorted(seen.errors.items()) if error.get("agreed")), None)
+
+
+def _echo_rank(kind: str) -> int:
+    """A rank's own verdict (oom, incompatible, ...) comes before a collective timeout, and that
+    before a plain error: when one rank fails, its peers' errors (a closed connection, a wait) are
+    the echo of its failure, whatever their rank."""
+    return {Kind.TIMEOUT.value: 1, Kind.ERROR.value: 2}.get(kind, 0)
 
 
 def _collective_timeout(seen: RankExits, rank: int, error: dict) -> Verdict:

@@ -28,6 +28,7 @@ from hpo.parallel.effects import contradiction
 from hpo.parallel.faults import RankExits, agreed_error, classify, describe_error, disagreement
 from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
+from hpo.parallel.rank_memory import rank_memory_limit
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["RanksOutcome", "run_ranks"]
@@ -150,9 +151,11 @@ def _rank_main(
     try:
         own = payloads[rank]
         settings = fixed_config(parse_space(own, f"rank {rank}'s config")).parallel
-        with joined_group(store, rank, world, settings, rank_device(own["systems"].get("device", "auto"), rank)):
+        device = rank_device(own["systems"].get("device", "auto"), rank)
+        with joined_group(store, rank, world, settings, device):
             config = fixed_config(parse_space(agree_on_config(own, rank, world), "rank 0's config"))
-            result = train_on_rank(config, rank, world, reported)
+            with rank_memory_limit(device, config.memory_limit_gb):
+                result = train_on_rank(config, rank, world, reported)
         store.set(f"result/{rank}", json.dumps(result))
     except BaseException as exc:
         store.set(f"error/{rank}", json.dumps(describe_error(exc)))

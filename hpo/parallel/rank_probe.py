@@ -23,7 +23,6 @@ import torch
 from hpo.config.trial import Knobs, TrialConfig
 from hpo.errors import short_traceback
 from hpo.evidence.observe import mismatch_verdict, mismatches
-from hpo.hardware import is_out_of_memory
 from hpo.parallel.agreement import AgreedVerdict, differences, gathered
 from hpo.parallel.faults import describe_error
 from hpo.verdicts import Kind, Verdict
@@ -59,8 +58,12 @@ def _own_probe(workload: Workload, config: TrialConfig, world: int, device: torc
     try:
         probe = run_probe(workload, dataclasses.replace(config, training=per_rank), device, timed=False)
     except Exception as exc:  # noqa: BLE001 - recorded, and agreed on: every rank ends with it, none trains
-        raised = {"kind": Kind.OOM.value, "detail": str(exc)[:400]} if is_out_of_memory(exc) else describe_error(exc)
-        return {**raised, "implicates": [], "traceback": short_traceback(exc), "probe_s": time.perf_counter() - start}
+        return {
+            **describe_error(exc),
+            "implicates": [],
+            "traceback": short_traceback(exc),
+            "probe_s": time.perf_counter() - start,
+        }
     return _probe_record(probe)
 
 

@@ -15,6 +15,7 @@ from hpo.parallel import RanksOutcome, run_ranks
 from hpo.parallel.group import rank_device
 from hpo.parallel.rank_probe import PROBE_UNDER_RANKS
 from hpo.records import RecordKey
+from hpo.trial._memory_limit import oom_part
 from hpo.trial._outcome import TrialOutcome, ended
 from hpo.trial._ranks_speed import ranks_speed_attrs
 from hpo.trial._speed_record import objective_values
@@ -53,7 +54,7 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
         attrs[RecordKey.KNOBS_OBSERVED] = outcome.ranks[0]["knobs_observed"]
         attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
     if not outcome.verdict.ok:
-        return ended(outcome.verdict, attrs)
+        return ended(_implicating(config, outcome.verdict), attrs)
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
     attrs |= _trained_attrs(config, result)
     return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
@@ -95,6 +96,14 @@ def _trained_attrs(config: TrialConfig, result: TrainResult) -> dict:
         RecordKey.N_PARAMS: result.n_params,
         RecordKey.STEPS_RUN: result.steps,
     }
+
+
+def _implicating(config: TrialConfig, verdict: Verdict) -> Verdict:
+    """A rank out of memory implicates what a one-process trial's would: the knobs at that batch,
+    so the sampler avoids the combination there and above (and the usual rules do not retry it)."""
+    if verdict.kind is Kind.OOM and not verdict.implicates:
+        return Verdict.make(Kind.OOM, verdict.detail, oom_part(config))
+    return verdict
 
 
 def _largest(shares) -> float | None:

@@ -7,7 +7,7 @@ import pytest
 from parallel_ranks import no_rank_left_behind  # noqa: F401 (autouse)
 
 from benchmarks import parallel
-from benchmarks.parallel import ROWS, summarize
+from benchmarks.parallel import ONE_GPU_ROW, ROWS, row_config, rows_for, summarize
 
 
 def trial(row: str, samples_per_s: float, share: float, load: float = 2.0) -> dict:
@@ -41,3 +41,19 @@ def test_a_round_of_the_smallest_rows_runs_real_trials_of_ranks(monkeypatch):
     assert one["collective_share"] == 0.0 and one["wire_calls"] == {}
     assert ddp["wire_calls"]["all_reduce"] == 1 and 0 < ddp["collective_share"] <= 1
     assert result["rows"][0]["speedup_over_1_rank"] == 1.0
+
+
+def test_each_host_runs_the_rows_it_can_place_one_rank_per_gpu_over_nccl():
+    assert rows_for("cpu", 0) == ROWS  # gloo: every row, 2 ranks on the CPU
+    one_gpu = rows_for("cuda", 1)
+    assert list(one_gpu) == [ONE_GPU_ROW]
+    config = row_config(one_gpu[ONE_GPU_ROW], steps=3, device="cuda")
+    assert (config.device, config.parallel.processes, config.parallel.backend) == ("cuda", 1, "nccl")
+    several = rows_for("cuda", 4)  # the 2-rank rows wait for a host with 2 GPUs or more
+    assert list(several) == list(ROWS) and {row_config(p, 3, "cuda").parallel.backend for p in several.values()} == {"nccl"}
+    assert {row_config(p, 3, "cuda").parallel.processes for name, p in several.items() if name != "1 rank"} == {2}
+
+
+def test_the_summary_of_a_one_gpu_host_is_against_its_one_nccl_rank():
+    rows = summarize([trial(ONE_GPU_ROW, 50, 0.0), trial(ONE_GPU_ROW, 70, 0.0)])
+    assert rows[0]["samples_per_s"] == 60 and rows[0]["speedup_over_1_rank"] == 1.0

@@ -89,13 +89,18 @@ def test_the_plan_fits_one_device_call_and_keeps_at_most_six_files(tmp_path):
     # big.yaml is compiled as it is otherwise, and the studies run gpu.yaml under both strategies
     assert "compile: default}" in (tmp_path / "work" / "big-compiled.yaml").read_text()
     assert "strategy: probe_first" in (tmp_path / "work" / "gpu-probe_first.yaml").read_text()
-    streams = [job[0].argv for job in steps[2].jobs[:-4]]  # the last four: the joint study, memory, the zoo and the loader
+    streams = [job[0].argv for job in steps[2].jobs[:-5]]  # the last five: the joint study, memory, ranks, zoo, loader
     assert all("--out-dir" in argv and str(tmp_path / "out") not in " ".join(argv) for argv in streams)
     # The memory budget: big.yaml under half the device, its JSON in the session's work folder (8 files come back at most).
-    memory = list(steps[2].jobs[-3][0].argv)
+    memory = list(steps[2].jobs[-4][0].argv)
     assert memory[1].endswith("scripts/bench-memory") and memory[memory.index("--limit") + 1] == "half"
     assert memory[memory.index("--config") + 1].endswith("big.yaml") and memory[memory.index("--out") + 1] == str(plan.memory)
     assert plan.memory.parent == tmp_path / "work" and 0 < float(memory[memory.index("--time-cap") + 1]) < steps[2].cap_s
+    # Trials of ranks over NCCL, one rank per GPU the machine shows; their JSON in the work folder too.
+    ranks = list(steps[2].jobs[-3][0].argv)
+    assert ranks[1].endswith("scripts/bench-parallel") and ranks[ranks.index("--device") + 1] == "cuda"
+    assert ranks[ranks.index("--out") + 1] == str(plan.parallel) and plan.parallel.parent == tmp_path / "work"
+    assert 0 < float(ranks[ranks.index("--time-cap") + 1]) < steps[2].cap_s
     # The zoo writes its JSON under out, after each model, and starts none past most of the step's cap.
     zoo = list(steps[2].jobs[-2][0].argv)
     assert zoo[1].endswith("scripts/zoo-table") and zoo[zoo.index("--json") + 1] == str(plan.zoo)
@@ -208,6 +213,9 @@ def test_a_toy_session_on_the_cpu_writes_its_files_under_out(tmp_path):
     assert record["joint"]["trials"] and record["joint"]["best"][0]["verdict"] == "ok"
     memory = record["memory"]["rows"]  # the memory budget ran each row as a real trial under its limit
     assert len(memory) == 3 and all(r["verdict"] == "ok" and r["predicted_peak_mb"] and r["peak_mem_mb"] for r in memory.values())
+    ranks = record["parallel"]  # trials of ranks ran for real: one rank, then two over gloo with their all-reduce seen
+    assert [t["row"] for t in ranks["trials"]] == ranks["rows_asked"] == ["1 rank", "DDP, 2 ranks, bucket_cap_mb 25"]
+    assert all(t["verdict"] == "ok" for t in ranks["trials"]) and ranks["trials"][1]["wire_calls"]["all_reduce"] >= 1
     assert record["compiled"]["verdict"] == "ok" and record["compiled"]["knobs_observed"]["compile"] is True
     summary = (out / f"gpu-session-{kind}.md").read_text()
     assert "| correctness |" in summary and "## gpu-check" in summary and "## joint study" in summary
