@@ -142,12 +142,7 @@ def _rank_main(
     die_with_parent(launcher_pid)
     quiet_threads()
     store = connect_store(HOST, port, timeout_s)
-
-    def reported(r: int, step: int) -> None:
-        store.set(f"progress/{r}", str(step))
-        if after_step is not None:
-            after_step(r, step)
-
+    reported = _reporting(store, after_step)
     try:
         own = payloads[rank]
         settings = fixed_config(parse_space(own, f"rank {rank}'s config")).parallel
@@ -160,6 +155,17 @@ def _rank_main(
     except BaseException as exc:
         store.set(f"error/{rank}", json.dumps(describe_error(exc)))
         raise
+
+
+def _reporting(store: dist.Store, after_step: AfterStep | None) -> AfterStep:
+    """Each step's progress written to the store, then `after_step` (a test's hook) called."""
+
+    def reported(rank: int, step: int) -> None:
+        store.set(f"progress/{rank}", str(step))
+        if after_step is not None:
+            after_step(rank, step)
+
+    return reported
 
 
 def _watch(processes: list, deadline_s: float | None, collective_timeout_s: float) -> RankExits:
