@@ -77,8 +77,8 @@ class TrialRecord(_Record):
     knobs_requested: KnobsRequested | None = Field(None, description="the trial's knobs (`Knobs`) as asked")
     knobs_observed: KnobsObserved | dict[str, Any] | None = Field(
         None,
-        description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and "
-        "`grad_scaler`; empty when the trial was rejected before any step ran",
+        description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and `grad_scaler` "
+        "(a trial of ranks: rank 0's, every rank's agreeing with it); empty when rejected before any step ran",
     )
     loader_requested: dict[str, Any] | None = Field(
         None,
@@ -99,11 +99,11 @@ class TrialRecord(_Record):
     )
     parallel: dict[str, Any] | None = Field(
         None,
-        description="a trial run as several ranks (`systems.parallel`): `global_batch`, `batch_per_rank` (and "
-        "`batch_per_rank_seen`, the rows a rank trained on), `samples_per_s` over all ranks, "
-        "`peak_memory_mb_per_rank` and `peak_memory_mb_max`, `wire` (each collective of one steady step: calls, "
-        "elements per call, dtypes), `param_dtypes_seen` and `reduce_dtypes_seen` (on the wire, not as asked), "
-        "`collective_share_per_rank` (see `collective_share`), `last_steps` (the last step each rank reported)",
+        description="a trial run as several ranks (`systems.parallel`): `global_batch`, `batch_per_rank` (`batch_per_rank_seen`: "
+        "the rows a rank trained on), `samples_per_s` over all ranks, `peak_memory_mb_per_rank` and `_max`, `wire` (each "
+        "collective of one steady step: calls, elements per call, dtypes), `param_dtypes_seen` and `reduce_dtypes_seen` (on "
+        "the wire), `collective_share_per_rank`, `last_steps` (each rank's last step), `probe_s_per_rank` and `probe` (the "
+        "probe on every rank, what it does not cover), `knobs_not_observed` (why no step captured the knobs, else null)",
     )
     collective_share: float | None = Field(
         None,

@@ -111,7 +111,7 @@ def test_a_trial_of_ranks_records_the_knobs_it_ran_and_its_probe():
 @pytest.mark.slow
 def test_precision_dropped_on_rank_1_alone_ends_the_trial_mismatch_naming_rank_1(monkeypatch):
     outcome, attrs = faulty_trial(monkeypatch, "precision_dropped", "bf16")
-    assert str(outcome.verdict).startswith("mismatch: rank 1: precision"), str(outcome.verdict)
+    assert str(outcome.verdict).startswith("mismatch: rank 1: precision: asked bf16, ran fp32"), str(outcome.verdict)
     assert attrs["knobs_observed"] == BF16_SEEN  # rank 0's evidence, recorded with the verdict
     assert attrs["parallel"]["last_steps"] == {}  # agreed after the evidence step, before either rank reported it
 
