@@ -77,8 +77,8 @@ class TrialRecord(_Record):
     knobs_requested: KnobsRequested | None = Field(None, description="the trial's knobs (`Knobs`) as asked")
     knobs_observed: KnobsObserved | dict[str, Any] | None = Field(
         None,
-        description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and "
-        "`grad_scaler`; empty when the trial was rejected before any step ran",
+        description="the knobs as the evidence showed they ran, plus `attention_dtype`, `compiled_graphs` and `grad_scaler` "
+        "(a trial of ranks: rank 0's, every rank's agreeing with it); empty when rejected before any step ran",
     )
     loader_requested: dict[str, Any] | None = Field(
         None,
@@ -100,10 +100,10 @@ class TrialRecord(_Record):
     parallel: dict[str, Any] | None = Field(
         None,
         description="a trial run as several ranks (`systems.parallel`): `global_batch`, `batch_per_rank` (`batch_per_rank_seen`: rows a "
-        "rank trained on), `samples_per_s` over all ranks, `peak_memory_mb_per_rank`, `peak_memory_mb_max`, `wire` (a steady step's "
-        "collectives: calls, elements per call, dtypes), `param_dtypes_seen`, `reduce_dtypes_seen` (on the wire), `collective_share_per_rank`, "
-        "`compiled_per_rank` (each rank's `graphs`, `train_graphs`, `checkpoint_regions`), `last_steps` (each rank's last step), `lightning` "
-        "(what a Lightning workload's Trainer ran on rank 0: `strategy`, `world_size`, `global_rank`, `precision`, `model_wrapped_as`)",
+        "rank trained on), `samples_per_s` over all ranks, `peak_memory_mb_per_rank`, `_max`, `wire` (a steady step's collectives: calls, "
+        "elements per call, dtypes), `param_dtypes_seen`, `reduce_dtypes_seen` (on the wire), `collective_share_per_rank`, `compiled_per_rank` "
+        "(each rank's `graphs`, `train_graphs`, `checkpoint_regions`), `last_steps`, `probe_s_per_rank` and `probe` (the probe on every rank, "
+        "what it does not cover), `knobs_not_observed` (why no step captured the knobs), `lightning` (a Lightning workload's Trainer on rank 0)",
     )
     collective_share: float | None = Field(
         None,

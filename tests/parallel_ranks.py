@@ -179,3 +179,14 @@ def hog_memory_on_rank(rank: int, step: int) -> None:
     if (rank, step) == (FAULTY_RANK, FAULTY_STEP):
         global _HELD
         _HELD = torch.ones(HOG_BYTES // 4)
+
+
+def assembled_alone(config: TrialConfig, device: torch.device = torch.device("cpu")):
+    """The trial's model as one rank (world 1) assembles it, unwrapped: its workload built and bound
+    as `train_on_rank` builds it."""
+    from hpo.parallel.rank_loop import _assembled
+    from hpo.workloads.catalog import create_workload
+
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    return _assembled(workload, config, config.parallel, device, world=1)

@@ -1,6 +1,8 @@
 """One config on every rank: rank 0's config reaches every rank in one collective, and a rank
 whose own config hashes differently ends the trial `mismatch: rank r ...` before any step, so no
-rank ever trains apart (transformers#18609, optuna-integration#59)."""
+rank ever trains apart (transformers#18609, optuna-integration#59). Any other verdict the ranks
+reach together (`gathered`, then `AgreedVerdict` raised on every rank) ends them alike: a rank that
+ended alone would leave its peers waiting in their next collective until the group's timeout."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["ConfigMismatch", "agree_on_config", "config_hash", "differences"]
+from hpo.errors import TrialRejected
+from hpo.verdicts import Verdict
+
+__all__ = ["AgreedVerdict", "ConfigMismatch", "agree_on_config", "config_hash", "differences", "gathered"]
 
 # Written by hpo, not chosen by the user: two ranks of different hpo builds still run one config.
 _IGNORED = ("hpo_version",)
@@ -18,6 +23,26 @@ _IGNORED = ("hpo_version",)
 
 class ConfigMismatch(RuntimeError):
     """A rank would run another config than rank 0's."""
+
+
+class AgreedVerdict(TrialRejected):
+    """A verdict every rank of the group reached from the same gathered facts, so each raises it
+    and none goes on to train; its detail names the rank it is about, not the rank that raised it.
+    `kept` is what the trial records with it: the failing rank's traceback, rank 0's observed
+    knobs, the probe's seconds."""
+
+    def __init__(self, verdict: Verdict, kept: dict[str, Any] | None = None):
+        self.kept = kept or {}
+        super().__init__(verdict, self.kept.get("knobs_observed"))
+
+
+def gathered(own: Any, world: int) -> list[Any]:
+    """Every rank's `own`, by rank, on every rank (one collective); this rank's alone with no group."""
+    if world == 1:
+        return [own]
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, own)
+    return every
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from hpo.errors import TrialRejected
 from hpo.hardware import is_out_of_memory
-from hpo.parallel.agreement import ConfigMismatch
+from hpo.parallel.agreement import AgreedVerdict, ConfigMismatch
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["AGREED", "RankExits", "classify", "describe_error", "disagreement"]
+__all__ = ["AGREED", "RankExits", "agreed_error", "classify", "describe_error", "disagreement"]
 
 # gloo and NCCL say so when a collective waited past the group's timeout.
 _TIMEOUT_WORDS = ("timed out", "timeout", "watchdog caught collective operation timeout")
@@ -21,6 +21,10 @@ _TIMEOUT_WORDS = ("timed out", "timeout", "watchdog caught collective operation 
 def describe_error(exc: BaseException) -> dict:
     """What a rank records in the store before it ends: a verdict kind and a one-line detail."""
     text = " ".join(str(exc).split())[:400]
+    if isinstance(exc, AgreedVerdict):  # reached by every rank alike: its detail names the rank
+        verdict = exc.verdict
+        implicates = verdict.implicated_record()
+        return {"kind": verdict.kind.value, "detail": verdict.detail, "agreed": True, "implicates": implicates, **exc.kept}
     if isinstance(exc, ConfigMismatch):
         return {"kind": Kind.MISMATCH.value, "detail": text}
     if isinstance(exc, TrialRejected):
@@ -53,10 +57,11 @@ class RankExits:
 def classify(seen: RankExits) -> Verdict:
     """The first that applies: a mismatch (a rank would have trained apart), a rank killed by a
     signal or exiting without a word (its peers' errors are only the echo of its death), a rank's
-    recorded error (a collective timeout first), the trial's deadline."""
-    for _, error in sorted(seen.errors.items()):
-        if error["kind"] == Kind.MISMATCH.value:
-            return Verdict.make(Kind.MISMATCH, error["detail"])
+    recorded error (a collective timeout first), the trial's deadline. A verdict the ranks agreed
+    on comes before all: every rank raised it, and it names the rank at fault itself."""
+    decided = _named_by_the_ranks(seen)
+    if decided is not None:
+        return decided
     for rank, code in sorted(seen.exits.items()):
         if code < 0:
             name = _signal_name(-code)
@@ -73,6 +78,22 @@ def classify(seen: RankExits) -> Verdict:
         steps = ", ".join(f"rank {r} {seen.last_step(r)}" for r in sorted(seen.progress))
         return Verdict.make(Kind.TIMEOUT, f"the ranks ran past {seen.deadline_s:g} s ({steps or 'no step reported'})")
     return Verdict.make(Kind.ERROR, "the ranks ended without a result")
+
+
+def _named_by_the_ranks(seen: RankExits) -> Verdict | None:
+    """A verdict the ranks agreed on, else a rank's config mismatch: each names the rank at fault."""
+    agreed = agreed_error(seen)
+    if agreed is not None:
+        return Verdict.make(Kind(agreed["kind"]), agreed["detail"], Verdict.part_from_record(agreed["implicates"]))
+    for _, error in sorted(seen.errors.items()):
+        if error["kind"] == Kind.MISMATCH.value:
+            return Verdict.make(Kind.MISMATCH, error["detail"])
+    return None
+
+
+def agreed_error(seen: RankExits) -> dict | None:
+    """The lowest rank's record of a verdict the ranks agreed on (every rank's is the same), if any."""
+    return next((error for _, error in sorted(seen.errors.items()) if error.get("agreed")), None)
 
 
 def _echo_rank(kind: str) -> int:

@@ -26,7 +26,7 @@ from hpo.config.space import parse_space
 from hpo.config.trial import ParallelSettings, TrialConfig
 from hpo.parallel.agreement import agree_on_config
 from hpo.parallel.effects import contradiction
-from hpo.parallel.faults import RankExits, classify, describe_error, disagreement
+from hpo.parallel.faults import RankExits, agreed_error, classify, describe_error, disagreement
 from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
 from hpo.parallel.rank_memory import rank_memory_limit
@@ -43,11 +43,27 @@ HOST = "127.0.0.1"
 _STOP_GRACE_S = 5.0  # a rank stopped with SIGTERM gets this long before SIGKILL
 
 
+# What the trial records of rank 0's result as it is (every rank saw the same, or the trial failed).
+_RANK_0_KEYS = (
+    "global_batch",
+    "batch_per_rank",
+    "batch_per_rank_seen",
+    "samples_per_s",
+    "wire",
+    "param_dtypes_seen",
+    "reduce_dtypes_seen",
+    "knobs_not_observed",
+)
+
+
 @dataclass
 class RanksOutcome:
     verdict: Verdict
     ranks: list[dict] = field(default_factory=list)  # each rank's result, by rank (empty unless all ended ok)
     last_steps: dict[int, int] = field(default_factory=dict)  # the last step each rank reported
+    # A verdict the ranks agreed on, as rank 0 recorded it: with the failing rank's traceback, rank
+    # 0's observed knobs or the probe's seconds, where it has them.
+    agreed: dict | None = None
 
     def record(self) -> dict[str, Any]:
         """What the trial records about its ranks: rank 0's view plus every rank's peak memory,
@@ -55,19 +71,13 @@ class RanksOutcome:
         if not self.ranks:
             return {}
         first = self.ranks[0]
-        per_rank = {f"{key}_per_rank": [r[key] for r in self.ranks] for key in ("peak_memory_mb", "collective_share", "compiled")}
-        keys = (
-            "global_batch",
-            "batch_per_rank",
-            "batch_per_rank_seen",
-            "samples_per_s",
-            "wire",
-            "param_dtypes_seen",
-            "reduce_dtypes_seen",
-        )
+        per_rank = {
+            f"{key}_per_rank": [r.get(key) for r in self.ranks] for key in ("peak_memory_mb", "collective_share", "compiled")
+        }
         return {
-            **{k: first[k] for k in keys},
+            **{k: first[k] for k in _RANK_0_KEYS},
             **per_rank,
+            "probe_s_per_rank": first["probe"]["probe_s_per_rank"] if "probe" in first else None,
             "peak_memory_mb_max": max(per_rank["peak_memory_mb_per_rank"]),
         }
 
@@ -130,7 +140,7 @@ def _run(
     seen.stopped = stopped
     seen = _read_store(store, seen)
     if seen.exits or seen.errors or seen.deadline_s is not None:
-        return RanksOutcome(classify(seen), last_steps=seen.progress)
+        return RanksOutcome(classify(seen), last_steps=seen.progress, agreed=agreed_error(seen))
     results = [json.loads(store.get(f"result/{r}")) for r in range(settings.processes)]
     verdict = disagreement(results) or contradiction(results, settings) or Verdict.make(Kind.OK)
     return RanksOutcome(verdict, results, seen.progress)
@@ -150,12 +160,7 @@ def _rank_main(
     die_with_parent(launcher_pid)
     quiet_threads()
     store = connect_store(HOST, port, timeout_s)
-
-    def reported(r: int, step: int) -> None:
-        store.set(f"progress/{r}", str(step))
-        if after_step is not None:
-            after_step(r, step)
-
+    reported = _reporting(store, after_step)
     try:
         own = payloads[rank]
         settings = fixed_config(parse_space(own, f"rank {rank}'s config")).parallel
@@ -168,6 +173,17 @@ def _rank_main(
     except BaseException as exc:
         store.set(f"error/{rank}", json.dumps(describe_error(exc)))
         raise
+
+
+def _reporting(store: dist.Store, after_step: AfterStep | None) -> AfterStep:
+    """Each step's progress written to the store, then `after_step` (a test's hook) called."""
+
+    def reported(rank: int, step: int) -> None:
+        store.set(f"progress/{rank}", str(step))
+        if after_step is not None:
+            after_step(rank, step)
+
+    return reported
 
 
 def _watch(processes: list, deadline_s: float | None, collective_timeout_s: float) -> RankExits:

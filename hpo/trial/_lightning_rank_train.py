@@ -69,8 +69,17 @@ def _rank_result(config: TrialConfig, result: TrainResult, ranks: LightningRanks
         "reduce_dtypes_seen": wire.get("all_reduce", {}).get("dtypes", []),
         "metrics": result.metrics,
         "n_params": result.n_params,
-        "knobs_observed": result.knobs_observed,
+        **_knobs_seen(result),
         "lightning": {k: seen.get(k) for k in ("strategy", "world_size", "global_rank", "precision", "model_wrapped_as")},
+    }
+
+
+def _knobs_seen(result: TrainResult) -> dict:
+    """What the launcher compares and records of every rank's knobs, as hpo's own loop returns it."""
+    return {
+        "knobs_observed": result.knobs_observed,
+        "knobs_not_observed": None if result.knobs_observed else "Lightning's steps showed no knob's evidence",
+        "compiled": None,  # hpo's rank compile check is its own loop's (`hpo.parallel.rank_compile`)
     }
 
 

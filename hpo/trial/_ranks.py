@@ -1,6 +1,7 @@
 """A trial with `systems.parallel`: its ranks run it (`hpo.parallel`), and this process, rank 0's
-launcher, writes the one record. The single-process probe does not run: its verdict would be about
-one process, not about the ranks (the probe on every rank is still to come)."""
+launcher, writes the one record. The probe runs on every rank, not here (`hpo.parallel.rank_probe`):
+its seconds, rank 0's compared step and what it did not cover under ranks are recorded, and a
+failing rank's traceback with the verdict that names it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hpo.config.trial import TrialConfig
 from hpo.errors import UserInputError
 from hpo.parallel import RanksOutcome, run_ranks, train_on_rank
 from hpo.parallel.group import rank_device
+from hpo.parallel.rank_probe import PROBE_UNDER_RANKS
 from hpo.records import RecordKey
 from hpo.trial._lightning_rank_train import train_lightning_on_rank
 from hpo.trial._memory_limit import oom_part
@@ -42,17 +44,58 @@ def check_ranks_can_run(config: TrialConfig) -> None:
         )
 
 
+# What a Lightning workload's trial of ranks records in place of the probe's parts (PROBE_UNDER_RANKS).
+_NO_PROBE_ON_LIGHTNING = "not run: a Lightning workload's ranks run Lightning's Trainer, which hpo's probe does not step yet"
+
+
 def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = None) -> TrialOutcome:
     """Run the trial as its ranks, adding to `attrs` (what was asked: config, knobs, device); a
     failed rank's verdict (crashed, timeout, mismatch) is the outcome."""
     check_ranks_can_run(config)
     lightning = trainer_of(config.workload) == "lightning"
     outcome = run_ranks(config, deadline_s=deadline_s, train=train_lightning_on_rank if lightning else train_on_rank)
-    attrs |= _ranks_attrs(outcome) | {RecordKey.TRAINER: "lightning" if lightning else "hpo"}
+    attrs |= _ranks_attrs(outcome, lightning) | _probe_attrs(outcome) | {RecordKey.TRAINER: "lightning" if lightning else "hpo"}
     if not outcome.verdict.ok:
         return ended(_implicating(config, outcome.verdict), attrs)
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
-    attrs |= {
+    attrs |= _trained_attrs(config, result)
+    return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
+
+
+def _probe_attrs(outcome: RanksOutcome) -> dict:
+    """The probe's record: its seconds (the slowest rank's, which every rank waited for), rank 0's
+    blame and compared step; when the ranks agreed on a failure, what rank 0 kept of it (the failing
+    rank's traceback, rank 0's observed knobs, the probe's seconds)."""
+    if not outcome.ranks:
+        return _agreed_attrs(outcome.agreed or {})
+    probe = outcome.ranks[0].get("probe")
+    if probe is None:  # a Lightning workload's ranks: no probe ran (`_NO_PROBE_ON_LIGHTNING`)
+        return {}
+    return {
+        RecordKey.PROBE_S: max(probe["probe_s_per_rank"]),
+        RecordKey.PROBE_CACHED: False,
+        RecordKey.PROBE_BLAME: probe["blame"],
+        RecordKey.PROBE_LOSS_REL_ERR: probe["loss_rel_err"],
+        RecordKey.PROBE_GRAD_REL_ERR: probe["grad_rel_err"],
+        RecordKey.PROBE_LOSS_BOUND: probe["loss_bound"],
+        RecordKey.PROBE_GRAD_BOUND: probe["grad_bound"],
+        RecordKey.PROBE_NUMERICS_NOT_JUDGED: probe["numerics_not_judged"],
+    }
+
+
+def _agreed_attrs(agreed: dict) -> dict:
+    """What rank 0 kept of a failure the ranks agreed on: the failing rank's traceback, rank 0's
+    observed knobs, the probe's seconds, where it has them."""
+    kept = {
+        RecordKey.ERROR_TRACEBACK: agreed.get("traceback"),
+        RecordKey.KNOBS_OBSERVED: agreed.get("knobs_observed"),
+        RecordKey.PROBE_S: agreed.get("probe_s"),
+    }
+    return {key: value for key, value in kept.items() if value is not None}
+
+
+def _trained_attrs(config: TrialConfig, result: TrainResult) -> dict:
+    return {
         RecordKey.METRICS: result.metrics,
         RecordKey.TRAIN_SAMPLES_PER_S: _known(result.train_samples_per_s),
         RecordKey.STEADY_SAMPLES_PER_S: _known(result.train_samples_per_s),
@@ -62,7 +105,6 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
         RecordKey.N_PARAMS: result.n_params,
         RecordKey.STEPS_RUN: result.steps,
     }
-    return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)
 
 
 def _implicating(config: TrialConfig, verdict: Verdict) -> Verdict:
@@ -73,20 +115,21 @@ def _implicating(config: TrialConfig, verdict: Verdict) -> Verdict:
     return verdict
 
 
-def _ranks_attrs(outcome: RanksOutcome) -> dict:
+def _ranks_attrs(outcome: RanksOutcome, lightning: bool) -> dict:
     """The ranks' record; with their results (recorded also when an effect contradicts the request:
-    the evidence of it), rank 0's observed effects, the largest collective share and, on Lightning's
-    Trainer, what it ran: its strategy, world size and precision, and the knobs its steps observed."""
-    attrs = {RecordKey.PARALLEL: {**outcome.record(), "last_steps": outcome.last_steps}}
+    the evidence of it), rank 0's observed knobs and effects, the largest collective share and, on
+    Lightning's Trainer, what it ran: its strategy, world size and precision."""
+    probe = _NO_PROBE_ON_LIGHTNING if lightning else PROBE_UNDER_RANKS
+    attrs = {RecordKey.PARALLEL: {**outcome.record(), "last_steps": outcome.last_steps, "probe": probe}}
     if not outcome.ranks:
         return attrs
     first = outcome.ranks[0]
     attrs[RecordKey.PARALLEL_OBSERVED] = first["parallel_observed"]
+    attrs[RecordKey.KNOBS_OBSERVED] = first["knobs_observed"]
     attrs[RecordKey.COLLECTIVE_SHARE] = _largest(r["collective_share"] for r in outcome.ranks)
-    if "lightning" in first:
+    if lightning:
         attrs[RecordKey.PARALLEL]["lightning"] = first["lightning"]
         attrs[RecordKey.LIGHTNING_PRECISION] = first["lightning"]["precision"]
-        attrs[RecordKey.KNOBS_OBSERVED] = first["knobs_observed"]
     return attrs
 
 
@@ -105,7 +148,7 @@ def _train_result(config: TrialConfig, first: dict, peak_mb: float) -> TrainResu
     samples_per_s = first["samples_per_s"] or math.nan
     return TrainResult(
         metrics=first["metrics"],
-        knobs_observed={},
+        knobs_observed=first["knobs_observed"],
         step_time_ms=1000 * first["global_batch"] / samples_per_s,
         train_samples_per_s=samples_per_s,
         peak_mem_mb=peak_mb,

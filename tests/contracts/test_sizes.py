@@ -58,7 +58,6 @@ FUNCTIONS_OVER = {
     "hpo/engine/_loader_stream.py::batch_stream": 25,
     "hpo/evidence/capture.py::capture_step": 25,
     "hpo/parallel/launch.py::run_ranks": 23,
-    "hpo/parallel/rank_loop.py::train_on_rank": 25,
     "hpo/reporting/_knob_effects.py::_effect": 22,
     "hpo/reporting/_sweep_decision.py::decision_note": 21,
     "hpo/runtime/_child.py::run_one_trial": 28,

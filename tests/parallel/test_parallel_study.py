@@ -67,3 +67,18 @@ def test_hpo_train_of_the_exported_best_trial_launches_its_ranks(study_folder):
     trained_config, best_config = result["user_attrs"]["config"], best.user_attrs["config"]
     for part in ("workload", "params", "systems"):  # the study part differs: `hpo train` never judges slow
         assert trained_config[part] == best_config[part], part
+
+
+@pytest.mark.slow
+def test_hpo_export_as_python_of_a_two_rank_trial_writes_the_script_and_its_torchrun_command(study_folder):
+    best = optuna.load_study(study_name="ranks", storage=f"sqlite:///{study_folder / 'studies' / 'ranks.db'}").best_trial
+    assert best.user_attrs["knobs_observed"]["precision"] == "fp32"  # what its ranks were seen to run
+    exported = hpo(study_folder, "export", "--study", "ranks", "--as", "python", "-o", "train.py")
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    script = (study_folder / "train.py").read_text()
+    assert f"hpo trial {best.number}" in script
+    compile(script, "train.py", "exec")
+    torchrun = (study_folder / "train.torchrun.sh").read_text()
+    assert "exec torchrun --standalone --nnodes=1 --nproc_per_node=2 train.py" in torchrun
+    strategy = best.user_attrs["config"]["systems"]["parallel"]["strategy"]
+    assert ("DistributedDataParallel(" if strategy == "ddp" else "fully_shard(") in torchrun

@@ -5,8 +5,13 @@ rank, checkpointing still recomputes inside them, and the ranks train as one pro
 from __future__ import annotations
 
 import pytest
-import torch
-from parallel_ranks import QUICKSTART_MODEL, assert_parity, no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
+from parallel_ranks import (  # noqa: F401 (autouse)
+    QUICKSTART_MODEL,
+    assembled_alone,
+    assert_parity,
+    no_rank_left_behind,
+    two_rank_config,
+)
 
 from hpo.config.resolve import fixed_config
 from hpo.config.space import parse_space
@@ -14,7 +19,6 @@ from hpo.engine import run_step
 from hpo.errors import TrialRejected
 from hpo.parallel import run_ranks
 from hpo.parallel.rank_compile import checked_compile, compile_wrapped
-from hpo.parallel.rank_loop import _assembled
 from hpo.parallel.wrap import check_supported
 
 PARALLEL = two_rank_config().to_dict()["systems"]["parallel"]
@@ -69,7 +73,7 @@ def test_compile_dropped_on_one_rank_is_a_mismatch_naming_it():
 
 def test_a_rank_that_compiled_nothing_in_training_is_a_mismatch():
     config = compiled_config("ddp")
-    assembled = _assembled(config, config.parallel, torch.device("cpu"), world=1)
+    assembled = assembled_alone(config)
     with pytest.raises(TrialRejected, match="rank 1: systems.compile 'default' asked, but no graph") as refused:
         checked_compile(assembled, rank=1)  # compiled lazily: nothing has run yet
     assert refused.value.verdict.kind.value == "mismatch"
@@ -79,7 +83,7 @@ def test_a_rank_that_compiled_nothing_in_training_is_a_mismatch():
 
 def test_fsdp_compile_of_a_workload_without_blocks_is_refused_before_training():
     config = compiled_config("fsdp", workload={"name": "toy_workloads:Toy", "n_blocks": 0})
-    assembled = _assembled(config, config.parallel, torch.device("cpu"), world=1)
+    assembled = assembled_alone(config)
     with pytest.raises(TrialRejected, match="Toy.checkpoint_blocks names none; use ddp, or compile: false") as refused:
         compile_wrapped(assembled.model, assembled, config.knobs, "fsdp")
     assert refused.value.verdict.kind.value == "incompatible"

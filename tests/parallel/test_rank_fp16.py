@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from parallel_ranks import no_rank_left_behind, one_process_losses, two_rank_config  # noqa: F401 (autouse)
+from parallel_ranks import assembled_alone, no_rank_left_behind, one_process_losses, two_rank_config  # noqa: F401 (autouse)
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from hpo.errors import TrialRejected
 from hpo.parallel import run_ranks
-from hpo.parallel.rank_loop import _assembled
 from hpo.parallel.sharded_scaling import check_loss_scaling, scale_sharded_loss
 
 # fp16's unit roundoff, relative: one rounding of a value to fp16's 10 mantissa bits. The ranks
@@ -55,7 +54,7 @@ def test_fsdp_fp16_gathers_fp16_parameters_and_agrees_on_overflow_over_the_ranks
 
 def _fp16_model(strategy: str = "fsdp"):
     config = two_rank_config(strategy, precision="fp16")
-    return _assembled(config, config.parallel, torch.device("cpu"), world=1)
+    return assembled_alone(config)
 
 
 def test_fsdp_fp16_with_a_plain_grad_scaler_is_refused_naming_it():
@@ -77,7 +76,7 @@ def test_fsdp_fp16_scaling_scales_the_loss_by_the_sharded_scaler_outside_autocas
     check_loss_scaling(assembled, "fsdp", "fp16")
     assert isinstance(assembled.scaler, ShardedGradScaler)
     fp32 = two_rank_config("fsdp", precision="fp32")
-    reference = _assembled(fp32, fp32.parallel, torch.device("cpu"), world=1)  # the same initial weights
+    reference = assembled_alone(fp32)  # the same initial weights
     # The policy's parameters set the dtype: no autocast region (it would move these gradients by
     # fp16's rounding, ~1e-3), and the loss scaled by the sharded scaler's initial 2**16 (exact).
     for scaled, plain in zip(_gradients(assembled), _gradients(reference), strict=True):

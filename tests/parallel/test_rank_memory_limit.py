@@ -55,7 +55,7 @@ def test_the_failing_rank_s_own_verdict_wins_over_its_peers_echo_whatever_their_
 def test_a_trial_of_ranks_out_of_memory_implicates_its_knobs_at_its_batch(monkeypatch):
     config = two_rank_config()
     rank_oom = Verdict.make(Kind.OOM, "rank 1 after step 1: resident set 1.62 GB > memory_limit_gb 1.50")
-    monkeypatch.setattr(_ranks, "run_ranks", lambda config, deadline_s=None: RanksOutcome(rank_oom))
+    monkeypatch.setattr(_ranks, "run_ranks", lambda config, **_: RanksOutcome(rank_oom))
     outcome = _ranks.execute_ranks(config, {})
     assert outcome.verdict.kind is Kind.OOM and outcome.verdict.detail == rank_oom.detail
     assert dict(outcome.verdict.implicates)["batch_size"] == 8 and dict(outcome.verdict.implicates)["precision"] == "fp32"
