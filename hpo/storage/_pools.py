@@ -47,6 +47,7 @@ class _ProcessTurn:
     def _start_empty(self) -> None:
         self._cond = threading.Condition()
         self._owner: int | None = None
+        self._owner_name, self._owned_since = "", 0.0  # named in a waiter's timeout
         self.held = 0
         self._locked_fd: int | None = None
 
@@ -54,7 +55,9 @@ class _ProcessTurn:
         me = threading.get_ident()
         with self._cond:
             if not self._cond.wait_for(lambda: self._owner in (None, me), timeout=WAIT_S):
-                raise sqlalchemy.exc.TimeoutError(f"waited {WAIT_S} s for this process's database connection")
+                raise sqlalchemy.exc.TimeoutError(self._timed_out())
+            if self._owner is None:
+                self._owner_name, self._owned_since = threading.current_thread().name, time.monotonic()
             self._owner, self.held = me, self.held + 1
             first = self.held == 1
         if first:
@@ -63,6 +66,15 @@ class _ProcessTurn:
             except BaseException:
                 self.give_back()
                 raise
+
+    def _timed_out(self) -> str:
+        """Who holds the turn a waiter gave up on: a StorageInternalError that Optuna wraps around
+        this timeout then says which thread to look at."""
+        held_s = time.monotonic() - self._owned_since
+        return (
+            f"waited {WAIT_S} s for this process's database connection, held by thread {self._owner_name!r} "
+            f"for {held_s:.0f} s ({self.held} checked out)"
+        )
 
     def give_back(self) -> None:
         with self._cond:

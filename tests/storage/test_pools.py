@@ -57,6 +57,30 @@ def test_threads_take_turns_and_nothing_is_held_between_statements(tmp_path):
         assert outer.execute(sa.text("SELECT 1")).scalar_one() == nested.execute(sa.text("SELECT 2")).scalar_one() - 1
 
 
+def test_a_thread_that_waits_too_long_is_told_which_thread_holds_the_turn(tmp_path, monkeypatch):
+    # Optuna wraps this timeout in a StorageInternalError ("An exception is raised during the
+    # commit"), which is all a failed heartbeat test showed on a busy CI machine.
+    monkeypatch.setattr(pools, "WAIT_S", 1)
+    engine, errors = _engine(tmp_path), []
+
+    def wait_for_a_turn() -> None:
+        try:
+            with engine.connect():
+                pass
+        except sa.exc.TimeoutError as exc:
+            errors.append(str(exc))
+
+    with engine.connect():
+        waiter = threading.Thread(target=wait_for_a_turn)
+        waiter.start()
+        waiter.join()
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        f"waited 1 s for this process's database connection, held by thread {threading.current_thread().name!r} for "
+    ), errors[0]
+    assert errors[0].endswith("(1 checked out)"), errors[0]
+
+
 def test_processes_sharing_the_lock_file_take_turns_and_a_killed_holder_frees_it(tmp_path, monkeypatch):
     lock = tmp_path / "conn.lock"
     monkeypatch.setenv(LOCK_ENV, str(lock))

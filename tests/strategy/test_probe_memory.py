@@ -101,7 +101,7 @@ def test_with_batch_size_auto_the_row_predicts_at_the_batch_a_trial_would_choose
     ((_, peaks),) = _fitted(store).items()
     limit_gb = peaks.predict(21.5) / (1 - AUTO_HEADROOM) / GB  # chosen within the headroom: 20, a multiple of 4
     _refuse_to_fit(monkeypatch)
-    # A max of 24, as the fixture's batch: the kept fit (grown to a quarter of it) needs no growth.
+    # A max of 24, as the fixture's batch: the kept fit (grown towards half of it, 12, so up to 8) needs no growth.
     auto = AutoBatch(max=24, multiple_of=4)
     (row,) = sweep(_space(limit_gb, batch_size={"auto": {"max": 24, "multiple_of": 4}}), store)
     chosen = auto_batch_fitting(peaks, int(limit_gb * GB), auto)
