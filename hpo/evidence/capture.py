@@ -35,6 +35,12 @@ def capture_step(assembled: AssembledModel) -> Iterator[StepEvidence]:
     finally:
         with stderr_silenced():
             prof.stop()
+    _fill(evidence, assembled, prof, recorder, before_backward_runs)
+
+
+def _fill(evidence: StepEvidence, assembled: AssembledModel, prof: profile, recorder, before_backward_runs: int) -> None:
+    """The evidence of the step just profiled: the ops the profiler saw, the dtypes the recorder
+    saw, and what the model counted in the step."""
     evidence.profiler_ops, evidence.optimizer_ops = ops_seen(prof, inside="Optimizer.step#")
     if isinstance(recorder, MatmulDtypeRecorder):
         evidence.matmul_dtypes = recorder.dtypes

@@ -127,21 +127,26 @@ def _effect(trials: list[FrozenTrial], peers: _Peers, knob: str, value, baseline
     effect.auto_batch = statistics.median(chosen) if chosen else None
     if value == baseline:
         return effect
-    ratios, diffs, saved = [], [], []
+    ratios, diffs = [], []
     for trial in mine:
         found = peers.medians({**_knobs(trial), knob: baseline})
         if found is not None:
             ratios.append(trial.user_attrs[RecordKey.TRAIN_SAMPLES_PER_S] / found[0])
             diffs.append(trial.values[0] - found[1])
-        peak = trial.user_attrs.get(RecordKey.PEAK_MEM_MB)
-        base_peak = peers.median_peak({**_knobs(trial), knob: baseline}, _batch(trial)) if peak is not None else None
-        if base_peak is not None:
-            saved.append(base_peak - peak)
+    saved = [mb for mb in (_memory_saved(t, peers, {**_knobs(t), knob: baseline}) for t in mine) if mb is not None]
     effect.compared = len(ratios)
     if ratios:
         effect.speed_ratio, effect.metric_diff = statistics.median(ratios), statistics.median(diffs)
     effect.memory_saved_mb = statistics.median(saved) if saved else None
     return effect
+
+
+def _memory_saved(trial: FrozenTrial, peers: _Peers, baseline_knobs: dict) -> float | None:
+    """The peak memory (MB) the trial's value saves against its peers with the baseline; None when
+    either peak is unknown."""
+    peak = trial.user_attrs.get(RecordKey.PEAK_MEM_MB)
+    base_peak = peers.median_peak(baseline_knobs, _batch(trial)) if peak is not None else None
+    return None if base_peak is None else base_peak - peak
 
 
 def _verdict_kind(trial: FrozenTrial) -> str:

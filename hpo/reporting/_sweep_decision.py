@@ -27,19 +27,22 @@ def decision_note(decided: dict) -> str:
         "| precision | rank | " + " | ".join(_OTHER_HEADERS) + " | step ms | spread | repeats ms | kept |",
         "| --- | --- | " + "--- | " * len(_OTHER_HEADERS) + "--- | --- | --- | --- |",
     ]
-    for r in decided["ranking"]:
-        k, kept = r["knobs"], "yes" if r["rank"] <= decided["keep_fastest"] else ""
-        tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
-        lines.append(
-            f"| {r['precision']} | {r['rank']} | {' | '.join(str(k.get(name, '')) for name in _OTHERS)} "
-            f"| {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
-        )
+    lines += [_ranking_row(r, decided["keep_fastest"]) for r in decided["ranking"]]
     if decided.get("dropped"):
         lines += ["", f"Left the race (after N timings; tie margin {decided.get('tie_margin', 0.05):.0%}):"]
         lines += [f"- {_dropped(d)}" for d in decided["dropped"]]
     if decided["rejected"]:
         lines += ["", "Rejected values:", *(f"- {line}" for line in decided["rejected"])]
     return "\n".join(lines)
+
+
+def _ranking_row(r: dict, keep_fastest: int) -> str:
+    k, kept = r["knobs"], "yes" if r["rank"] <= keep_fastest else ""
+    tie = f" tied within noise with {', '.join(r['tied_with'])}: the simpler ranks first" if r["tied_with"] else ""
+    return (
+        f"| {r['precision']} | {r['rank']} | {' | '.join(str(k.get(name, '')) for name in _OTHERS)} "
+        f"| {r['step_ms']:.2f} | {r['spread']:.1%} | {_repeats(r)} | {kept}{tie} |"
+    )
 
 
 def _dropped(dropped: dict) -> str:

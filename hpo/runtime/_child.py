@@ -61,6 +61,29 @@ def run_one_trial(
 ) -> None:
     """Run the trial `trial_id`, which the worker created and sampled (`hpo.runtime._handed`): this
     process reads no other trial of the study."""
+    _become_trial_process(conn)
+
+    def started(trial_id: int) -> None:
+        heartbeat.start(trial_id)
+        conn.send(trial_id)  # the worker stops its heartbeats and pins this process's death on the trial
+
+    study, space = open_handed(open_storage(storage_url, check_schema=False), study_name, trial_id, started)
+    set_sink(conn.send)  # the worker's display shows this trial's progress
+    heartbeat = StartHeartbeat(study)  # this process keeps its trial alive, not the worker
+    objective = _guarded_objective(space, worker, launched_at, reference_dir, sampled_s)
+    study.optimize(
+        heartbeat.handing_over(objective),
+        n_trials=1,
+        callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
+        gc_after_trial=False,
+        catch=(Exception,),
+    )
+    # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.
+
+
+def _become_trial_process(conn: multiprocessing.connection.Connection) -> None:
+    """Settle this forked process as a trial process of its worker: its own process group, dying
+    with the worker, leaving stops to the worker, Optuna's logging quiet."""
     # Everything the forkserver imported moves to the GC's permanent generation: the trial's
     # gc.collect() then walks only the trial's own objects (250 ms less here) and leaves the pages
     # shared with the forkserver unwritten (docs.python.org/3/library/gc.html#gc.freeze).
@@ -72,24 +95,13 @@ def run_one_trial(
     die_with_parent()
     die_with_worker(conn)
     quiet_optuna()
+
+
+def _guarded_objective(space, worker: str, launched_at, reference_dir: str | None, sampled_s) -> GuardedObjective:
     from hpo.study import WorkerObjective  # torch and the trial stack: preloaded by the forkserver
     from hpo.verify.probing import ReferenceFiles
 
-    def started(trial_id: int) -> None:
-        heartbeat.start(trial_id)
-        conn.send(trial_id)  # the worker stops its heartbeats and pins this process's death on the trial
-
-    study, space = open_handed(open_storage(storage_url, check_schema=False), study_name, trial_id, started)
-    set_sink(conn.send)  # the worker's display shows this trial's progress
-    heartbeat = StartHeartbeat(study)  # this process keeps its trial alive, not the worker
     # Another trial process of the worker reads what this one's probe keeps: the worker's folder.
     references = ReferenceFiles(reference_dir) if reference_dir is not None else None
     objective = WorkerObjective(space, launched_at=launched_at, references=references, sampled_s=sampled_s)
-    study.optimize(
-        heartbeat.handing_over(GuardedObjective(objective, worker=worker)),
-        n_trials=1,
-        callbacks=[TrialPrinter()],  # the worker writes the trial's dashboard note once this process ends
-        gc_after_trial=False,
-        catch=(Exception,),
-    )
-    # `conn` stays open: die_with_worker's thread is reading it, and the exit closes it.
+    return GuardedObjective(objective, worker=worker)

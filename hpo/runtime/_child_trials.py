@@ -8,6 +8,7 @@ It starts clean, so this is safe even if the worker has initialised CUDA (plain 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -20,15 +21,15 @@ from optuna.trial import TrialState
 from hpo.config.space import SearchSpace
 from hpo.hardware import oom_kill_counter
 from hpo.logging import get_logger
-from hpo.reporting import DashboardNotes, report
+from hpo.reporting import DashboardNotes
 from hpo.runtime._child import run_one_trial
+from hpo.runtime._child_watch import ChildWatch
 from hpo.runtime._forkserver import start_forkserver
 from hpo.runtime._handed import SamplingFailed, TakenOver, ask_in_worker
 from hpo.runtime._killed_for_memory import killed_for_memory, record_killed_for_memory
 from hpo.runtime._reference_folders import folder_path, reference_folder, remove_folder
 from hpo.runtime._runners import TrialsCannotStart, fail_stopped, worker_name
 from hpo.runtime._ticket_claims import ClaimKeeper, ClaimLost, StartHeartbeat, bind_ticket, recover
-from hpo.runtime._trial_timeout import timeout_verdict
 from hpo.storage import TicketBudget, fail_crashed_trial, liveness, storage_of
 from hpo.study import space_of
 from hpo.verdicts import Kind, Verdict
@@ -39,9 +40,6 @@ _log = get_logger(__name__)
 
 # A child that dies this many times in a row before its trial starts means trials cannot start here.
 MAX_STARTUP_FAILURES = 3
-# A trial process starts its trial within seconds (it is forked ready to run); one that has not after
-# this long is stuck, and is ended like a process that died before its trial started.
-STARTUP_LIMIT_S = 300
 
 
 class ChildTrials:
@@ -83,15 +81,9 @@ class ChildTrials:
         """Ask the sampler here (`hpo.runtime._handed`), then run the trial in a trial process. The
         worker keeps the new trial alive with heartbeats until that process takes it over."""
         heartbeat = StartHeartbeat(self.study)
-
-        def started(trial_id: int) -> None:
-            bind_ticket(self.study, self.tickets, serial, trial_id)
-            heartbeat.start(trial_id)
-            keeper.bound(trial_id)
-
+        started = functools.partial(self._started, serial, heartbeat, keeper)
         try:
-            trial_id, sampled_s = ask_in_worker(self.study, space_of(self.study), serial, started, worker_name())
-            self._run(trial_id, sampled_s, heartbeat)
+            self._ask_and_run(serial, started, heartbeat)
         except ClaimLost:
             return  # the trial is failed and its ticket pays for another one
         except TakenOver as taken:
@@ -103,15 +95,45 @@ class ChildTrials:
                 raise  # its heartbeats stop: the trial goes stale and is retried
             self._no_trial(serial, Verdict(Kind.CRASHED, f"the worker could not ask for a trial ({type(exc).__name__})"))
         except SystemExit as stop:
-            # SIGTERM or Ctrl-C (`stop_on_signals`), while sampling or once its process (ended by
-            # `_run`) ran it: the trial fails now and its retry need not wait for it to go stale.
-            heartbeat.stop()
-            fail_stopped(self.study, keeper.trial_id, stop)
+            self._stopped(keeper, heartbeat, stop)
             raise
         finally:
             heartbeat.stop()
 
+    def _started(self, serial: int, heartbeat: StartHeartbeat, keeper: ClaimKeeper, trial_id: int) -> None:
+        """The sampled trial is bound to its ticket, and beats from the worker until its process takes it."""
+        bind_ticket(self.study, self.tickets, serial, trial_id)
+        heartbeat.start(trial_id)
+        keeper.bound(trial_id)
+
+    def _ask_and_run(self, serial: int, started, heartbeat: StartHeartbeat) -> None:
+        trial_id, sampled_s = ask_in_worker(self.study, space_of(self.study), serial, started, worker_name())
+        self._run(trial_id, sampled_s, heartbeat)
+
+    def _stopped(self, keeper: ClaimKeeper, heartbeat: StartHeartbeat, stop: SystemExit) -> None:
+        """SIGTERM or Ctrl-C (`stop_on_signals`), while sampling or once its process (ended by `_run`)
+        ran it: the trial fails now and its retry need not wait for it to go stale."""
+        heartbeat.stop()
+        fail_stopped(self.study, keeper.trial_id, stop)
+
     def _run(self, trial_id: int, sampled_s: float, heartbeat: StartHeartbeat) -> None:
+        child, here, kills_before = self._start_process(trial_id, sampled_s)
+        exited = False
+        try:
+            watch = ChildWatch(self.limit_s, self.interval_s, self.grace_s, functools.partial(self._trial_ended, trial_id))
+            taken, verdict, exited = watch.watch(here, heartbeat)
+        finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
+            _end(child, wait_s=self.grace_s if exited else 0)
+            here.close()
+        if taken:
+            self.startup_failures = 0
+        verdict = self._record_end(trial_id, child.exitcode, taken, verdict, kills_before)
+        self.notes(self.study, storage_of(self.study).get_trial(trial_id))
+        if not taken:  # it died (or hung) before it took its trial: its retry is queued, and it counts
+            self._start_failed(verdict)
+
+    def _start_process(self, trial_id: int, sampled_s: float):
+        """The trial's process, started; this end of its socket pair; the OOM kills counted before it started."""
         # A socket pair: each side reads EOF when the other process dies, whoever goes first.
         here, there = self.context.Pipe(duplex=True)
         worker, launched_at = worker_name(), time.time()
@@ -129,53 +151,22 @@ class ChildTrials:
         kills_before = self.oom_kills.read() if self.oom_kills is not None else None
         child.start()
         there.close()
-        exited = False
-        try:
-            taken, verdict, exited = self._watch(child, here, trial_id, heartbeat)
-        finally:  # whatever happened here (SIGTERM and Ctrl-C too), no trial process outlives this call
-            _end(child, wait_s=self.grace_s if exited else 0)
-            here.close()
-        if taken:
-            self.startup_failures = 0
-        killed = killed_for_memory(child.exitcode, self.oom_kills, kills_before) if verdict is None and taken else None
-        if killed is not None:  # recorded `oom`, not retried: the same parameters need the same memory
+        return child, here, kills_before
+
+    def _record_end(
+        self, trial_id: int, exitcode: int | None, taken: bool, verdict: Verdict | None, kills_before
+    ) -> Verdict | None:
+        """The trial's failure when its process did not finish it: killed for memory (recorded `oom`,
+        not retried: the same parameters need the same memory), else crashed (or the verdict the
+        watch gave). Returns the verdict recorded, if any."""
+        killed = killed_for_memory(exitcode, self.oom_kills, kills_before) if verdict is None and taken else None
+        if killed is not None:
             record_killed_for_memory(self.study, trial_id, killed, self.space)
-        elif verdict is None and (child.exitcode != 0 or not taken):
-            verdict = crash_verdict(child.exitcode, oom_counted=self.oom_kills is not None)
+        elif verdict is None and (exitcode != 0 or not taken):
+            verdict = crash_verdict(exitcode, oom_counted=self.oom_kills is not None)
         if verdict is not None:
             fail_crashed_trial(self.study, trial_id, str(verdict))
-        self.notes(self.study, storage_of(self.study).get_trial(trial_id))
-        if not taken:  # it died (or hung) before it took its trial: its retry is queued, and it counts
-            self._start_failed(verdict)
-
-    def _watch(self, child, conn, trial_id: int, heartbeat: StartHeartbeat) -> tuple[bool, Verdict | None, bool]:
-        """Relay the child's messages until it exits (True last), or until it is to be ended:
-        it outlived its limit (with the verdict to record), or its trial ended without it. The
-        first one says it took its trial: from then on its heartbeats keep the trial alive."""
-        taken, started, checked, ended_at = False, time.monotonic(), time.monotonic(), None
-        wait_s = self.interval_s if self.limit_s is None else min(self.interval_s, self.limit_s)
-        while True:
-            now = time.monotonic()
-            if not taken and now - started > STARTUP_LIMIT_S:
-                return False, Verdict(Kind.CRASHED, f"trial process had not started its trial after {STARTUP_LIMIT_S} s"), False
-            if taken and self.limit_s is not None and now - started > self.limit_s:
-                return True, timeout_verdict(self.limit_s, now - started), False
-            if taken and now - checked >= self.grace_s:  # a few queries: not every heartbeat
-                checked = now
-                ended_at = ended_at or (now if self._trial_ended(trial_id) else None)
-                if ended_at is not None and now - ended_at > self.grace_s:
-                    return True, None, False  # it failed stale, or it finished and its process hangs on exit
-            if not conn.poll(wait_s):
-                continue
-            try:
-                message = conn.recv()
-            except EOFError:  # the child is exiting
-                return taken, None, True
-            if not taken:  # the trial's id: the process runs it, and beats for it from now on
-                taken, started, checked = True, time.monotonic(), time.monotonic()
-                heartbeat.stop()
-            else:
-                report(message)  # the child's progress, on this worker's display
+        return verdict
 
     def _trial_ended(self, trial_id: int) -> bool:
         """Whether the trial is no longer RUNNING, after failing every stale trial of the study,

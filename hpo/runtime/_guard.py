@@ -51,21 +51,26 @@ class GuardedObjective:
         except optuna.TrialPruned:
             raise
         except Exception as exc:
-            verdict = exc.verdict if isinstance(exc, TrialError) else error_verdict(exc)
-            from hpo.verify.fault import is_sticky_device_error  # imported only on an error
-
-            if is_sticky_device_error(exc.__cause__ or exc):
-                self.sticky = exc
-            trial.set_user_attr(RecordKey.VERDICT, mask_secrets(str(verdict)))
-            trial.set_user_attr(RecordKey.ERROR_TRACEBACK, mask_secrets(short_traceback(exc)))
-            root = exc.__cause__ if isinstance(exc, TrialError) and exc.__cause__ is not None else exc
-            trial.set_user_attr(RecordKey.ERROR_SIGNATURE, mask_secrets(error_signature(root)))
-            _log.warning(
-                f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_secrets(''.join(traceback.format_exception(exc)))}"
-            )
+            self._record_error(trial, exc)
             if self.retry:
                 _queue_retry(trial)
             raise
+
+    def _record_error(self, trial: optuna.Trial, exc: Exception) -> None:
+        """The error's verdict, traceback and signature on the trial, its whole traceback in the log;
+        a sticky device error kept (`sticky`): this process's device cannot run another trial."""
+        verdict = exc.verdict if isinstance(exc, TrialError) else error_verdict(exc)
+        from hpo.verify.fault import is_sticky_device_error  # imported only on an error
+
+        if is_sticky_device_error(exc.__cause__ or exc):
+            self.sticky = exc
+        trial.set_user_attr(RecordKey.VERDICT, mask_secrets(str(verdict)))
+        trial.set_user_attr(RecordKey.ERROR_TRACEBACK, mask_secrets(short_traceback(exc)))
+        root = exc.__cause__ if isinstance(exc, TrialError) and exc.__cause__ is not None else exc
+        trial.set_user_attr(RecordKey.ERROR_SIGNATURE, mask_secrets(error_signature(root)))
+        _log.warning(
+            f"trial {trial.number} failed with an error (not a knob verdict):\n{mask_secrets(''.join(traceback.format_exception(exc)))}"
+        )
 
 
 def _queue_retry(trial: optuna.Trial) -> None:

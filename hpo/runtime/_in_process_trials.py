@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import optuna
@@ -45,14 +46,7 @@ class InProcessTrials:
 
     def __call__(self, serial: int, keeper: ClaimKeeper) -> None:
         heartbeat, deadline, bound = StartHeartbeat(self.study), InProcessDeadline(self.space.study.trial_timeout_s), []
-
-        def started(trial_id: int) -> None:
-            bind_ticket(self.study, self.tickets, serial, trial_id)
-            heartbeat.start(trial_id)
-            keeper.bound(trial_id)
-            bound.append(trial_id)
-            deadline.start()
-
+        started = functools.partial(self._started, serial, keeper, heartbeat, deadline, bound)
         self.study.sampler = BindOnStart(sampler_for_ticket(self.space, serial), on_start=started)
         guard = GuardedObjective(self.objective, worker=worker_name())
         objective = deadline.until_return(heartbeat.handing_over(guard))
@@ -70,8 +64,22 @@ class InProcessTrials:
             raise
         finally:
             heartbeat.stop()
-        if guard.sticky is not None:  # its retry is queued; this process's device cannot run it
-            raise TrialsCannotStart(
-                f"the device is unusable after a sticky error ({guard.sticky}); trial processes (the default, "
-                "without --in-process) replace the process that met one"
-            )
+        _check_device_usable(guard)
+
+    def _started(
+        self, serial: int, keeper: ClaimKeeper, heartbeat, deadline: InProcessDeadline, bound: list, trial_id: int
+    ) -> None:
+        """The sampled trial is bound to its ticket and beats from now on; its time limit starts."""
+        bind_ticket(self.study, self.tickets, serial, trial_id)
+        heartbeat.start(trial_id)
+        keeper.bound(trial_id)
+        bound.append(trial_id)
+        deadline.start()
+
+
+def _check_device_usable(guard: GuardedObjective) -> None:
+    if guard.sticky is not None:  # its retry is queued; this process's device cannot run it
+        raise TrialsCannotStart(
+            f"the device is unusable after a sticky error ({guard.sticky}); trial processes (the default, "
+            "without --in-process) replace the process that met one"
+        )

@@ -80,24 +80,35 @@ def stop_on_signals() -> Iterator[None]:
         yield
         return
     signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
-    resends: list[threading.Timer] = []
-
-    def stop(signum, frame) -> None:
-        if not resends:
-            name = signal.Signals(signum).name
-            _log.warning(f"hpo worker: {name}: stopping; its running trial is failed and queued for a retry")
-        if in_storage_code(frame):  # raising here could leave a transaction open: again once out of it
-            resends.append(send_again(signum))
-            return
-        for each in signals:
-            signal.signal(each, signal.SIG_IGN)
-        raise Stopped(signum)
-
+    stop = _StopHandler(signals)
     previous = {each: signal.signal(each, stop) for each in signals}
     try:
         yield
     finally:
-        for timer in resends:
-            timer.cancel()
+        stop.cancel_resends()
         for each, handler in previous.items():
             signal.signal(each, handler)
+
+
+class _StopHandler:
+    """The handler `stop_on_signals` installs for `signals`: raises `Stopped` once the main thread
+    is out of storage code (until then the signal is sent again), after ignoring every one of them."""
+
+    def __init__(self, signals: list[int]) -> None:
+        self.signals = signals
+        self.resends: list[threading.Timer] = []
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if not self.resends:
+            name = signal.Signals(signum).name
+            _log.warning(f"hpo worker: {name}: stopping; its running trial is failed and queued for a retry")
+        if in_storage_code(frame):  # raising here could leave a transaction open: again once out of it
+            self.resends.append(send_again(signum))
+            return
+        for each in self.signals:
+            signal.signal(each, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    def cancel_resends(self) -> None:
+        for timer in self.resends:
+            timer.cancel()

@@ -41,12 +41,7 @@ def run_workers(
     Returns how many workers failed."""
     workers = workers or default_workers(per_trial)
     if workers == 1:
-        try:
-            run_worker(study, storage_url, timeout=timeout, isolate=isolate)
-        except TrialsCannotStart as exc:  # as `hpo worker` says it: one line, and this worker failed
-            _log.warning(f"worker error: {exc}")
-            return 1
-        return 0
+        return _run_worker_here(study, storage_url, timeout, isolate)
     cmd = [sys.executable, "-m", "hpo.app.cli", "worker", "--study", study.study_name]
     cmd += ([] if timeout is None else ["--timeout", str(timeout)]) + ([] if isolate else ["--in-process"])
     # A worker dies with this process (SIGTERM), and its trial process with it: no orphan trains on.
@@ -54,8 +49,26 @@ def run_workers(
         subprocess.Popen(cmd, env=_worker_env(i, workers, storage_url, per_trial), preexec_fn=_die_with_parent)
         for i in range(workers)
     ]
+    failed = [(index, code) for index, code in enumerate(_exit_codes(procs)) if code != 0]
+    for index, code in failed:
+        _log.warning(f"worker {index} exited with code {code}")
+    return len(failed)
+
+
+def _run_worker_here(study: optuna.Study, storage_url: str, timeout: float | None, isolate: bool) -> int:
+    """The one worker, in this process: 1 when it failed, else 0."""
     try:
-        codes = [proc.wait() for proc in procs]
+        run_worker(study, storage_url, timeout=timeout, isolate=isolate)
+    except TrialsCannotStart as exc:  # as `hpo worker` says it: one line, and this worker failed
+        _log.warning(f"worker error: {exc}")
+        return 1
+    return 0
+
+
+def _exit_codes(procs: list[subprocess.Popen]) -> list[int]:
+    """The worker processes' exit codes, once all have exited."""
+    try:
+        return [proc.wait() for proc in procs]
     except KeyboardInterrupt:
         # Ctrl-C reached the whole process group (and `kill -INT` only this process): each worker
         # fails its running trial and queues its retry; wait for that, so nothing is left RUNNING.
@@ -63,10 +76,6 @@ def run_workers(
             proc.send_signal(signal.SIGINT)
         _wait_for(procs, WORKER_STOP_S)
         raise
-    failed = [(index, code) for index, code in enumerate(codes) if code != 0]
-    for index, code in failed:
-        _log.warning(f"worker {index} exited with code {code}")
-    return len(failed)
 
 
 _die_with_parent = functools.partial(die_with_parent, signal.SIGTERM)
@@ -132,13 +141,8 @@ def _claim_and_run(study: optuna.Study, tickets, run_one, timeout: float | None)
         recover(study, tickets)
         serial = tickets.claim()
         if serial is not None:
-            with ClaimKeeper(study, tickets, serial) as keeper:
-                run_one(serial, keeper)
+            _run_ticket(study, tickets, run_one, serial, first=ran == 0)
             ran += 1
-            if ran == 1 and KEPT_ATTR in study.user_attrs:
-                # probe_first's decision heads the study note: shown after this worker's first trial,
-                # not written by the sweep, which would pay optuna_dashboard's import before any trial.
-                run_one.update_study_note()
         elif has_running(study) or tickets.pending():
             time.sleep(pause)
         else:
@@ -146,3 +150,13 @@ def _claim_and_run(study: optuna.Study, tickets, run_one, timeout: float | None)
     if ran:
         run_one.update_study_note()  # the final knob-effect table, whatever N divides
     return ran
+
+
+def _run_ticket(study: optuna.Study, tickets, run_one, serial: int, first: bool) -> None:
+    """Run the trial of the claimed ticket `serial`, the ticket kept claimed while it runs."""
+    with ClaimKeeper(study, tickets, serial) as keeper:
+        run_one(serial, keeper)
+    if first and KEPT_ATTR in study.user_attrs:
+        # probe_first's decision heads the study note: shown after this worker's first trial,
+        # not written by the sweep, which would pay optuna_dashboard's import before any trial.
+        run_one.update_study_note()

@@ -38,13 +38,7 @@ def open_storage(
 ) -> RDBStorage:
     """`check_schema=False` skips Optuna's schema-version check (it reads alembic's migration
     files: 50 ms), for a trial process whose worker opened the same storage already."""
-    interval = heartbeat_interval or _seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_INTERVAL_S)
-    grace = grace_period or _seconds_from_env(GRACE_ENV, GRACE_PERIOD_S)
-    if grace <= interval:
-        raise UserInputError(
-            f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
-            f"or every trial looks dead between two heartbeats; e.g. 3x the interval"
-        )
+    interval, grace = _liveness(heartbeat_interval, grace_period)
     _refuse_grpc(url)
     _refuse_misread_hosts(url)
     url, pooler = split_pooler(url)
@@ -56,20 +50,36 @@ def open_storage(
         with warnings.catch_warnings():
             # heartbeat_interval is "experimental" in Optuna; the warning is noise on every start.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(
-                url,
-                heartbeat_interval=interval,
-                grace_period=grace,
-                heartbeat_stale_trial_callback=RetryWithRefund(),
-                engine_kwargs=_engine_kwargs(url, pooler),
-                skip_table_creation=not create,
-                skip_compatibility_check=not check_schema,
-            )
+            return _rdb_storage(url, pooler, interval, grace, create, check_schema)
     # RuntimeError: Optuna found tables of another Optuna version (its message says how to upgrade).
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
         raise _storage_error(url, exc) from None
     except optuna.exceptions.StorageInternalError as exc:  # Optuna's wrapper around a database error
         raise _storage_error(url, exc.__cause__ or exc) from None
+
+
+def _liveness(heartbeat_interval: int | None, grace_period: int | None) -> tuple[int, int]:
+    """The heartbeat interval and grace period: given, else from the environment, else the defaults."""
+    interval = heartbeat_interval or _seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_INTERVAL_S)
+    grace = grace_period or _seconds_from_env(GRACE_ENV, GRACE_PERIOD_S)
+    if grace <= interval:
+        raise UserInputError(
+            f"{GRACE_ENV} ({grace}) must be larger than {HEARTBEAT_ENV} ({interval}), "
+            f"or every trial looks dead between two heartbeats; e.g. 3x the interval"
+        )
+    return interval, grace
+
+
+def _rdb_storage(url: str, pooler, interval: int, grace: int, create: bool, check_schema: bool) -> RDBStorage:
+    return RDBStorage(
+        url,
+        heartbeat_interval=interval,
+        grace_period=grace,
+        heartbeat_stale_trial_callback=RetryWithRefund(),
+        engine_kwargs=_engine_kwargs(url, pooler),
+        skip_table_creation=not create,
+        skip_compatibility_check=not check_schema,
+    )
 
 
 def _refuse_grpc(url: str) -> None:

@@ -52,22 +52,26 @@ class RetryWithRefund:
         if why_not is not None:
             _log.warning(f"trial {trial.number} {cause}; not retried: {why_not}")
             return why_not
-        signature = trial.user_attrs.get(RecordKey.ERROR_SIGNATURE)
         # Queue the retry before the refund: a ticket must never be claimable while its retry is
         # missing, or the ticket's trial samples fresh parameters and the retry is left stranded.
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.WAITING,
-                params=trial.params,
-                distributions=trial.distributions,
-                user_attrs={RecordKey.RETRY_OF: history[0], RecordKey.PREVIOUS_VERDICT: cause}
-                | ({} if signature is None else {RecordKey.PREVIOUS_ERROR_SIGNATURE: signature}),
-                system_attrs={"failed_trial": history[0], "retry_history": history},
-            )
-        )
+        study.add_trial(_retry_of(trial, history, cause))
         TicketBudget(engine_of(storage_of(study)), study.study_name).refund()
         _log.warning(f"trial {trial.number} {cause}; retrying with the same parameters (retry {len(history)} of {limit})")
         return None
+
+
+def _retry_of(trial: FrozenTrial, history: list[int], cause: str) -> FrozenTrial:
+    """The failed trial's retry, waiting: its parameters, the first attempt it retries and the
+    attempts so far, the failure's verdict and error signature."""
+    signature = trial.user_attrs.get(RecordKey.ERROR_SIGNATURE)
+    return optuna.trial.create_trial(
+        state=TrialState.WAITING,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs={RecordKey.RETRY_OF: history[0], RecordKey.PREVIOUS_VERDICT: cause}
+        | ({} if signature is None else {RecordKey.PREVIOUS_ERROR_SIGNATURE: signature}),
+        system_attrs={"failed_trial": history[0], "retry_history": history},
+    )
 
 
 def not_retried(trial: FrozenTrial, history: list[int], limit: int) -> str | None:

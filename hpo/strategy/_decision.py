@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from hpo.config.space import SearchSpace
-from hpo.strategy._race import POLICY, raced_times
+from hpo.strategy._race import POLICY, Race, raced_times
 from hpo.strategy._ranking import TIE_MARGIN, Timing, kept_of, rank_precision, rejected_lines
 from hpo.strategy._rows import SweepRow, table
 from hpo.strategy._warm_models import WarmModels, knobs_key
@@ -30,23 +30,38 @@ def make_decision(
     still be among the kept (`raced_times`). Rows this machine already raced (`known_ms`) are
     confirmed by one timing of their precision's front runners instead; with `machine`, each row's
     raced times are stored for the next study. `warm` holds the sweep's timed models for the race."""
-    by_precision: dict[str, list[SweepRow]] = {}
-    for row in rows:
-        if row.verdict == "ok":
-            by_precision.setdefault(row.knobs["precision"], []).append(row)
+    by_precision = _verified_by_precision(rows)
     started = time.perf_counter()
     groups = {p: [r.knobs for r in group] for p, group in sorted(by_precision.items())}
     prior = {knobs_key(r.knobs): tuple(r.known_ms) for r in rows if r.known_ms}
     first = {knobs_key(r.knobs): tuple(r.steps_ms) for r in rows if r.steps_ms}
     race = raced_times(space, groups, keep, measure, prior, first, warm)
     if machine is not None:
-        for row in rows:
-            if row.machine_key and knobs_key(row.knobs) in race.times:
-                machine.update(row.machine_key, raced_ms=list(race.times[knobs_key(row.knobs)]))
+        _store_raced(machine, rows, race)
     ranked = {
         precision: rank_precision([Timing(r.knobs, race.times[knobs_key(r.knobs)]) for r in group])
         for precision, group in sorted(by_precision.items())
     }
+    return _decision(space, rows, keep, race, ranked, started)
+
+
+def _verified_by_precision(rows: list[SweepRow]) -> dict[str, list[SweepRow]]:
+    by_precision: dict[str, list[SweepRow]] = {}
+    for row in rows:
+        if row.verdict == "ok":
+            by_precision.setdefault(row.knobs["precision"], []).append(row)
+    return by_precision
+
+
+def _store_raced(machine: MachineFacts, rows: list[SweepRow], race: Race) -> None:
+    """Each row's raced times into this machine's facts, for the next study's race."""
+    for row in rows:
+        if row.machine_key and knobs_key(row.knobs) in race.times:
+            machine.update(row.machine_key, raced_ms=list(race.times[knobs_key(row.knobs)]))
+
+
+def _decision(space: SearchSpace, rows: list[SweepRow], keep: int, race: Race, ranked: dict, started: float) -> dict:
+    """The decision as stored: what is kept, the ranking and the race that made it, what was rejected."""
     return {
         "kept": kept_of(ranked, keep),
         "table": table(rows),

@@ -60,52 +60,69 @@ def raced_times(
     untimed step), and builds the others. `measure(config, timing)` is the timer (`timing`: 0 for a model's first); tests
     replace it."""
     race = Race()
-    first = first or {}
     running = {p: [knobs_key(k) for k in group] for p, group in groups.items() if group}
     if not running:
         return race
     values = representative_values(space)
     configs = {knobs_key(k): build_config(space, values, Knobs(**k)) for group in groups.values() for k in group}
-    times: dict[str, list[float]] = {key: list(first.get(key, ())) for key in configs}
     with _Timer(list(configs.values()), warm) if measure is None else _Fixed(measure) as timer:
-
-        def time_one(key: str) -> float:
-            ms = timer(configs[key], race.timed.get(key, 0))
-            race.timed[key] = race.timed.get(key, 0) + 1
-            return ms
-
+        racing = _Racing(race, configs, timer, first or {})
         for precision, keys in running.items():
             if prior and all(k in prior for k in keys):
-                times.update(_confirm(race, precision, keys, prior, keep, time_one, lambda k: configs[k].knobs.as_dict()))
+                racing.times.update(_confirm(race, precision, keys, prior, keep, racing.time_one, racing.knobs_of))
+        racing.run(running, keep)
+    race.times.update({k: tuple(v) for k, v in racing.times.items() if v})
+    return race
+
+
+class _Racing:
+    """One race under way: each candidate's config and times so far, and the timer that steps them;
+    what it timed and dropped goes into `race`."""
+
+    def __init__(self, race: Race, configs: dict[str, TrialConfig], timer, first: dict) -> None:
+        self.race, self.configs, self.timer = race, configs, timer
+        self.times: dict[str, list[float]] = {key: list(first.get(key, ())) for key in configs}
+
+    def time_one(self, key: str) -> float:
+        ms = self.timer(self.configs[key], self.race.timed.get(key, 0))
+        self.race.timed[key] = self.race.timed.get(key, 0) + 1
+        return ms
+
+    def knobs_of(self, key: str) -> dict:
+        return self.configs[key].knobs.as_dict()
+
+    def run(self, running: dict[str, list[str]], keep: int) -> None:
+        """Round after round: drop the outpaced, then time once more each candidate still due,
+        until every precision's candidates left are steady."""
         rotation = 0
         while True:
-            for precision, keys in running.items():
-                out = outpaced({k: tuple(times[k]) for k in keys if times[k]}, keep)
-                race.dropped += [
-                    {
-                        "knobs": configs[k].knobs.as_dict(),
-                        "round": len(times[k]),
-                        "reason": _why(why, race, k),
-                        "times_ms": list(times[k]),
-                    }
-                    for k, why in out.items()
-                ]
-                running[precision] = [k for k in keys if k not in out]
-                for k in out:
-                    timer.release(configs[k])  # a dropped candidate is timed no more: its model goes now
-            running = {p: keys for p, keys in running.items() if _needs_more(times, keys)}
+            running = {precision: self._drop_outpaced(keys, keep) for precision, keys in running.items()}
+            running = {precision: keys for precision, keys in running.items() if _needs_more(self.times, keys)}
             if not running:
-                break
-            # Those not timed yet (the sweep gave them no timing) first, then all not yet steady.
-            due = [k for keys in running.values() for k in keys if not times[k]] or [
-                k for keys in running.values() for k in keys if not POLICY.settled(times[k])
-            ]
-            for i in range(len(due)):
-                key = due[(i + rotation) % len(due)]
-                times[key].append(time_one(key))
+                return
+            self._time_round(running, rotation)
             rotation += 1
-    race.times.update({k: tuple(v) for k, v in times.items() if v})
-    return race
+
+    def _drop_outpaced(self, keys: list[str], keep: int) -> list[str]:
+        """The candidates of one precision left after dropping those that cannot be kept."""
+        out = outpaced({k: tuple(self.times[k]) for k in keys if self.times[k]}, keep)
+        self.race.dropped += [self._dropped(k, why) for k, why in out.items()]
+        for k in out:
+            self.timer.release(self.configs[k])  # a dropped candidate is timed no more: its model goes now
+        return [k for k in keys if k not in out]
+
+    def _dropped(self, key: str, why: str) -> dict:
+        times = self.times[key]
+        return {"knobs": self.knobs_of(key), "round": len(times), "reason": _why(why, self.race, key), "times_ms": list(times)}
+
+    def _time_round(self, running: dict[str, list[str]], rotation: int) -> None:
+        """One step each of those due, starting at a rotated position. Those not timed yet (the sweep
+        gave them no timing) are due first, then all not yet steady."""
+        candidates = [k for keys in running.values() for k in keys]
+        due = [k for k in candidates if not self.times[k]] or [k for k in candidates if not POLICY.settled(self.times[k])]
+        for i in range(len(due)):
+            key = due[(i + rotation) % len(due)]
+            self.times[key].append(self.time_one(key))
 
 
 def _confirm(race: Race, precision: str, keys: list[str], prior: dict, keep: int, time_one, knobs_of) -> dict[str, list[float]]:

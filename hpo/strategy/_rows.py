@@ -64,7 +64,13 @@ def table(rows: list[SweepRow]) -> str:
     timed steady reads `>=` (a lower bound); a row read from this machine's facts says so, with
     the day the fact was stored."""
     memory = any(r.largest_batch is not None for r in rows)
-    head = [
+    head, body = _head(memory), [_cells(r, memory) for r in rows]
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body])
+
+
+def _head(memory: bool) -> list[str]:
+    return [
         *(knob.header for knob in TRIAL_KNOBS.values()),
         "samples/s",
         "x fp32",
@@ -75,7 +81,11 @@ def table(rows: list[SweepRow]) -> str:
         "bound",
         "verdict",
     ]
-    body = [
+
+
+def _cells(r: SweepRow, memory: bool) -> list[str]:
+    """One row's cells under `_head(memory)`."""
+    return (
         [str(r.knobs.get(name, knob.default)) for name, knob in TRIAL_KNOBS.items()]
         + [
             _speed(r),
@@ -89,10 +99,7 @@ def table(rows: list[SweepRow]) -> str:
             _fmt(r.grad_bound, "{:.1e}"),
             (_source(r) + r.verdict)[:90],
         ]
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body])
+    )
 
 
 def _fmt(value, fmt: str) -> str:

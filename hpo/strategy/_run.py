@@ -77,30 +77,36 @@ def run_study(
     name = study_name or space.study.name
     url = storage or default_storage(name)
     if workers != 0:
-        from hpo.runtime import start_early
-        from hpo.workloads.catalog import fetch_checkpoints
-
-        fetch_checkpoints(space)  # before the forkserver's warm-up loads the model
-        start_early(space, url, workers, isolate=not in_process)
+        _start_early(space, url, workers, in_process)
     study = _create(space, url, name, n_trials, say)  # Optuna's imports overlap the forkserver's start
     if workers == 0:
         return study
+    _run_workers(study, space, url, workers, timeout, in_process, say)
+    return study
+
+
+def _start_early(space: SearchSpace, url: str, workers: int | None, in_process: bool) -> None:
+    """The workers' forkserver starts warming up while the study is created."""
+    from hpo.runtime import start_early
+    from hpo.workloads.catalog import fetch_checkpoints
+
+    fetch_checkpoints(space)  # before the forkserver's warm-up loads the model
+    start_early(space, url, workers, isolate=not in_process)
+
+
+def _run_workers(
+    study: optuna.Study, space: SearchSpace, url: str, workers: int | None, timeout: float | None, in_process: bool, say
+) -> None:
+    """Check the machine and make probe_first's decision, then run the workers; `WorkersFailed` if some failed."""
     from hpo.runtime import default_workers, gpus_per_trial, run_workers
 
     per_trial = gpus_per_trial(space)
     here = (workers or default_workers(per_trial)) == 1  # the one worker is this process
     ready_to_run(study, space, in_child=not (here and in_process), url=url if here else None, say=say)
-    failed = run_workers(
-        study,
-        url,
-        workers=workers,
-        timeout=timeout if timeout is not None else space.study.timeout,
-        isolate=not in_process,
-        per_trial=per_trial,
-    )
+    timeout = timeout if timeout is not None else space.study.timeout
+    failed = run_workers(study, url, workers=workers, timeout=timeout, isolate=not in_process, per_trial=per_trial)
     if failed:
         raise WorkersFailed(failed, study)
-    return study
 
 
 def _create(space: SearchSpace, url: str, name: str, n_trials: int | None, say: Callable[[str], None]) -> optuna.Study:

@@ -48,13 +48,18 @@ def create_or_resume(
         sampler=build_sampler(spec.sampler),
         pruner=PRUNERS[spec.pruner.name](spec.pruner),
     )
-    study.set_user_attr(SPACE_ATTR, fingerprint)
-    study.set_user_attr(SPACE_FILE_ATTR, space.raw)
-    study.set_user_attr(N_TRIALS_ATTR, n_trials or spec.n_trials)
-    study.set_user_attr(MAX_RETRIES_ATTR, spec.max_retries)
-    study.set_metric_names(list(spec.objectives))
+    _describe(study, space, fingerprint, n_trials or spec.n_trials)
     _tickets(storage, name).create(n_trials or spec.n_trials)
     return study
+
+
+def _describe(study: optuna.Study, space: SearchSpace, fingerprint: dict, n_trials: int) -> None:
+    """What a new study stores of its space: the fingerprint a resume checks, the file, the budget."""
+    study.set_user_attr(SPACE_ATTR, fingerprint)
+    study.set_user_attr(SPACE_FILE_ATTR, space.raw)
+    study.set_user_attr(N_TRIALS_ATTR, n_trials)
+    study.set_user_attr(MAX_RETRIES_ATTR, space.study.max_retries)
+    study.set_metric_names(list(space.study.objectives))
 
 
 def _resume(existing: optuna.Study, space: SearchSpace, fingerprint: dict, n_trials: int | None) -> optuna.Study:

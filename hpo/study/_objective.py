@@ -55,11 +55,7 @@ class WorkerObjective:
         self.references = references
 
     def __call__(self, trial: optuna.Trial) -> list[float] | float:
-        phases = Phases()
-        if self.launched_at is not None:
-            phases.add("start", time.time() - self.launched_at)
-        if self.sampled_s is not None:  # the worker sampled this trial's params (hpo.runtime._handed)
-            phases.add("sample", self.sampled_s)
+        phases = self._phases()
         with phases("sample"):
             config = suggest_config(trial, self.space)
         on_eval = _reporter(trial, config.objectives, config.training)
@@ -78,6 +74,15 @@ class WorkerObjective:
             raise optuna.TrialPruned(str(outcome.verdict))
         values = outcome.values if outcome.ok else [worst_value(d) for d in config.directions]
         return values[0] if len(values) == 1 else values
+
+    def _phases(self) -> Phases:
+        """The trial's phases, from the ones before it reached this process: its start, its sampling."""
+        phases = Phases()
+        if self.launched_at is not None:
+            phases.add("start", time.time() - self.launched_at)
+        if self.sampled_s is not None:  # the worker sampled this trial's params (hpo.runtime._handed)
+            phases.add("sample", self.sampled_s)
+        return phases
 
 
 def _reporter(trial: optuna.Trial, objectives: tuple[str, ...], training: TrainingConfig):

@@ -173,25 +173,29 @@ def _train_with_hpo(run: TrialRun) -> None:
     try:
         run.result = _train_from_start(run, run.slow_limit if run.config.skip_slow else None)
     except TooSlow as exc:
-        run.model = None  # before the proof times other knobs
-        proof = prove_too_slow(run, exc)
-        if proof.verdict is not None:
-            raise TooSlow(proof.verdict, exc.observed, exc.step_ms) from None
-        # Timed again beside the reference, nothing was slow (the first steps met a busy machine),
-        # or the reference itself was too noisy to judge: neither says anything about the knobs.
-        # Trained again from the start, without the check, so that the trial's result is its
-        # knobs' and not a verdict that nothing proved.
-        if proof.not_judged is not None:
-            run.attrs[RecordKey.SLOW_NOT_JUDGED] = proof.not_judged
-        else:
-            run.attrs[RecordKey.SLOW_NOT_CONFIRMED] = exc.verdict.detail
-        run.result = _train_from_start(run, None)
+        run.result = _retrained_unless_proven_slow(run, exc)
     finally:
         run.model = None  # before the next trial
     record_speed(run)
     run.phases.add("train", run.result.train_s)
     run.phases.add("evidence", run.result.evidence_s)
     run.phases.add("eval", run.result.eval_s)
+
+
+def _retrained_unless_proven_slow(run: TrialRun, exc: TooSlow) -> TrainResult:
+    """After a slow check failed: the proof's `slow` verdict raised, else the trial trained again
+    from the start, without the check, so that its result is its knobs' and not a verdict that
+    nothing proved (timed again beside the reference, nothing was slow: the first steps met a busy
+    machine; or the reference itself was too noisy to judge: neither says anything of the knobs)."""
+    run.model = None  # before the proof times other knobs
+    proof = prove_too_slow(run, exc)
+    if proof.verdict is not None:
+        raise TooSlow(proof.verdict, exc.observed, exc.step_ms) from None
+    if proof.not_judged is not None:
+        run.attrs[RecordKey.SLOW_NOT_JUDGED] = proof.not_judged
+    else:
+        run.attrs[RecordKey.SLOW_NOT_CONFIRMED] = exc.verdict.detail
+    return _train_from_start(run, None)
 
 
 def _train_from_start(run: TrialRun, slow: SlowLimit | None) -> TrainResult:

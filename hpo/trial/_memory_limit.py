@@ -67,12 +67,7 @@ def budget_memory(run: TrialRun) -> TrialOutcome | None:
     config = run.config
     limit = limit_bytes(run.device, config.memory_limit_gb)
     if limit is None or run.workload.trainer != "hpo":
-        if config.batch_auto is not None:
-            raise UserInputError(
-                f"params.batch_size: auto fills a memory limit with hpo's own loop, got "
-                f"{'trainer ' + run.workload.trainer if limit is not None else 'no limit on ' + run.device.type}; "
-                f"set study.memory_limit_gb (and a workload hpo trains)"
-            )
+        _refuse_auto_batch(run, limit)
         return None
     run.attrs[RecordKey.MEMORY_LIMIT_MB] = limit / MB
     with run.phases("probe"):
@@ -84,6 +79,21 @@ def budget_memory(run: TrialRun) -> TrialOutcome | None:
         "per_sample_mb": peaks.per_sample_bytes / MB,
         "batches": [b for b, _ in peaks.points],
     }
+    return _predicted_oom(run, peaks, limit)
+
+
+def _refuse_auto_batch(run: TrialRun, limit: int | None) -> None:
+    """`batch_size: auto` needs a limit to fill and hpo's own loop to fill it."""
+    if run.config.batch_auto is not None:
+        raise UserInputError(
+            f"params.batch_size: auto fills a memory limit with hpo's own loop, got "
+            f"{'trainer ' + run.workload.trainer if limit is not None else 'no limit on ' + run.device.type}; "
+            f"set study.memory_limit_gb (and a workload hpo trains)"
+        )
+
+
+def _predicted_oom(run: TrialRun, peaks: PeakModel, limit: int) -> TrialOutcome | None:
+    """The trial's `oom` outcome when its batch is predicted over the limit, else None."""
     batch = run.config.training.batch_size
     predicted = peaks.predict(batch)
     run.attrs[RecordKey.PREDICTED_PEAK_MB] = predicted / MB
@@ -145,25 +155,43 @@ def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) 
     """The largest batch the model says fits within AUTO_HEADROOM of the limit, confirmed by a real
     step; `run.config` trains at it. A confirming step over that (or out of memory) refits with what
     it measured."""
+    chosen, peaks = _confirmed_batch(run, peaks, limit, auto)
+    _train_at(run, chosen or auto.multiple_of, auto)  # none fits: the smallest, which the prediction then rejects
+    return peaks
+
+
+def _confirmed_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) -> tuple[int, PeakModel]:
+    """The largest batch predicted to fit that a real step confirms (0: none within CONFIRMATIONS
+    tries), and the peak model refitted with what the tries over the budget measured."""
     ceiling, budget = auto.max, int(limit * (1 - AUTO_HEADROOM))
     chosen = 0
     for _ in range(CONFIRMATIONS):
         chosen = auto_batch_fitting(peaks, limit, auto, ceiling)
         if chosen == 0:
             break
-        model = _model(run)
-        try:
-            (_, peak), *_ = measure_peaks(model, run.workload, run.config, (chosen,), first=fit_batches(run.config)[0])
-        except (torch.OutOfMemoryError, RuntimeError) as exc:
-            if not is_out_of_memory(exc):  # torch's CPU allocator's failure (under the cap) is a RuntimeError
-                raise
-            peak = None
+        peak = _confirming_peak(run, chosen)
         if peak is not None and peak <= budget:
             break
         if peak is not None:
             peaks = fit_peaks([*peaks.points, (chosen, peak)])
         ceiling, chosen = chosen - auto.multiple_of, 0
-    batch = chosen or auto.multiple_of  # none fits: the smallest, which the prediction then rejects
+    return chosen, peaks
+
+
+def _confirming_peak(run: TrialRun, batch: int) -> int | None:
+    """The peak of one real step at `batch`; None when it ran out of memory."""
+    model = _model(run)
+    try:
+        (_, peak), *_ = measure_peaks(model, run.workload, run.config, (batch,), first=fit_batches(run.config)[0])
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):  # torch's CPU allocator's failure (under the cap) is a RuntimeError
+            raise
+        return None
+    return peak
+
+
+def _train_at(run: TrialRun, batch: int, auto: AutoBatch) -> None:
+    """`run.config` and the model at the batch chosen, with the learning rate scaled to it."""
     lr = scaled_lr(run.config.training.lr, batch, auto)
     training = dataclasses.replace(run.config.training, batch_size=batch, lr=lr)
     run.config = dataclasses.replace(run.config, training=training, batch_auto=None)
@@ -173,4 +201,3 @@ def _choose_batch(run: TrialRun, peaks: PeakModel, limit: int, auto: AutoBatch) 
     run.attrs[RecordKey.CONFIG] = run.config.to_dict()
     run.attrs[RecordKey.BATCH_SIZE_CHOSEN] = batch
     run.attrs[RecordKey.LR_CHOSEN] = lr
-    return peaks

@@ -50,18 +50,8 @@ def record_speed(run: TrialRun) -> None:
     verdict cache: `hpo probe` ranks a cached combination by it
     without timing it again. A trial with fewer steady steps than the slow check judges records
     no slowdown but why (`slow_not_judged`): its one step is no speed."""
-    config, slow, result = run.config, run.slow_limit, run.result
-    if config.knobs == REFERENCE_KNOBS:
-        slowdown = None if result.fastest_step_ms is None else 1.0
-    elif slow is None:
-        slowdown = None
-    elif result.steady_steps < SLOW_CHECK_STEPS:
-        slowdown = None
-        run.attrs[RecordKey.SLOW_NOT_JUDGED] = too_few_steps(result.steady_steps, config.knobs.compile)
-    else:
-        slowdown = slow.slowdown(result.fastest_step_ms)
-        if slowdown < RETIME_BELOW:
-            slowdown = _timed_again(run, slow)
+    config, result = run.config, run.result
+    slowdown = _slowdown(run)
     if config.knobs == REFERENCE_KNOBS and result.fastest_step_ms is not None:
         _faster_reference(run, result.fastest_step_ms, "the reference knobs' own training steps")
     run.attrs[RecordKey.SLOWDOWN] = slowdown
@@ -73,6 +63,21 @@ def record_speed(run: TrialRun) -> None:
         run.verdicts.add(
             speed_key(run.key, batch_size), speed_fact(Verdict(Kind.OK), slowdown, result.fastest_step_ms, batch_size)
         )
+
+
+def _slowdown(run: TrialRun) -> float | None:
+    """The trial's slowdown against the reference: 1 for the reference knobs themselves; timed again
+    side by side when implausibly low; None, with why, when its steady steps are too few."""
+    config, slow, result = run.config, run.slow_limit, run.result
+    if config.knobs == REFERENCE_KNOBS:
+        return None if result.fastest_step_ms is None else 1.0
+    if slow is None:
+        return None
+    if result.steady_steps < SLOW_CHECK_STEPS:
+        run.attrs[RecordKey.SLOW_NOT_JUDGED] = too_few_steps(result.steady_steps, config.knobs.compile)
+        return None
+    slowdown = slow.slowdown(result.fastest_step_ms)
+    return _timed_again(run, slow) if slowdown < RETIME_BELOW else slowdown
 
 
 def _timed_again(run: TrialRun, slow: SlowLimit) -> float | None:

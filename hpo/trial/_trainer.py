@@ -31,6 +31,7 @@ from hpo.errors import TrialRejected
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import loader_mismatches, mismatch_verdict, mismatches, observed_knobs
 from hpo.hardware import release_freed_memory, step_timer
+from hpo.trial._eval_schedule import EvalSchedule
 from hpo.trial._step_tally import StepTally
 from hpo.verdicts import Kind, Verdict
 from hpo.verify.timing import SlowLimit
@@ -75,41 +76,6 @@ def evidence_step_index(config: TrialConfig) -> int:
     return min(1 if config.knobs.compile else 0, config.training.max_steps - 1)
 
 
-class EvalSchedule:
-    """When to evaluate, and the step under which the evaluation is reported to the pruner.
-
-    Fixed length: every `eval_every` steps, reported at the step count. Time budget: at the same
-    marks of training time for every trial (every `eval_marks_s`), reported at the mark in
-    milliseconds, so a pruner compares trials at equal training time, not at equal steps."""
-
-    def __init__(self, training: TrainingConfig):
-        self.training, self.next_mark = training, training.eval_marks_s
-
-    def wants(self, steps: int, train_s: float) -> bool:
-        """Whether an evaluation may be due after `steps` steps and `train_s` seconds (no change)."""
-        marks = self.training.eval_marks_s
-        return steps % self.training.eval_every == 0 if marks is None else train_s >= self.next_mark
-
-    def due(self, steps: int, train_s: float) -> int | None:
-        """The report step if an evaluation is due after `steps` steps and `train_s` seconds."""
-        marks = self.training.eval_marks_s
-        if marks is None:
-            return steps if steps % self.training.eval_every == 0 else None
-        if train_s < self.next_mark:
-            return None
-        mark = self.next_mark
-        while self.next_mark <= train_s:  # one long step may pass several marks: evaluate once
-            self.next_mark += marks
-        return round(1000 * min(mark, self.training.budget_s))
-
-    def final(self, steps: int, train_s: float) -> int:
-        """The report step of the last evaluation (budget spent, max_steps reached, or target met)."""
-        if self.training.eval_marks_s is None:
-            return steps
-        spent = train_s >= self.training.budget_s
-        return round(1000 * (self.training.budget_s if spent else train_s))
-
-
 def train(
     assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None = None, slow: SlowLimit | None = None
 ) -> TrainResult:
@@ -128,70 +94,102 @@ def train(
 def _train(
     assembled: AssembledModel, config: TrialConfig, on_eval: EvalCallback | None, slow: SlowLimit | None, batches: BatchStream
 ) -> TrainResult:
-    training = config.training
-    evidence_at, schedule = evidence_step_index(config), EvalSchedule(training)
-    tally, timer = StepTally(evidence_at), step_timer(assembled.device)
-    history, observed, evidence, reached, eval_s = [], {}, None, None, 0.0
-    # Train mode from the first step: transformers' from_pretrained and the probe leave models in
-    # eval mode, which would train without dropout until the first evaluation switched it.
-    assembled.model.train()
-    for step in range(training.max_steps):
-        timer.start()
-        batch = assembled.move(batches.next_batch())
-        if step == evidence_at:
-            with capture_step(assembled) as evidence:
-                run_step(assembled, batch, step)
-        else:
-            run_step(assembled, batch, step)
-        timer.stop()
-        tally.ended(step, assembled.workload.samples_in(batch))
-        checking_speed = slow is not None and step - evidence_at == SLOW_CHECK_STEPS
-        if not (step == evidence_at or checking_speed or _boundary(training, schedule, step, tally.train_s + timer.host_s)):
-            continue
-        # A check boundary: the device is read here, and only here.
-        _check_health(assembled, step)
-        tally.add(timer.read())
-        if evidence is not None:
-            observed, evidence = _verified(config, observed_knobs(evidence), batches.observed(evidence_at)), None
-            # The profiler's event buffers are freed now, but the C heap keeps freed memory for the
-            # steps (`hpo.hardware._allocator`): handed back, or a CPU trial's resident set carries
-            # them to its end (33 MB of the bench-vs-bare mid model's 611 MB peak).
-            release_freed_memory()
-        if slow is not None and len(tally.step_times) == SLOW_CHECK_STEPS:
-            _check_speed(config, slow, 1000 * min(tally.step_times), observed)
-        train_s = tally.train_s
-        last = step + 1 == training.max_steps or (training.budget_s is not None and train_s >= training.budget_s)
-        report = schedule.final(step + 1, train_s) if last else schedule.due(step + 1, train_s)
-        if report is not None:
-            eval_start = time.perf_counter()
-            metrics = _checked_metrics(assembled.evaluate(), step)
-            eval_s += time.perf_counter() - eval_start
-            history.append((report, metrics))
-            if on_eval is not None:
-                on_eval(report, metrics)
-            if training.target is not None and training.target.reached(metrics):
-                reached = train_s
+    return _Loop(assembled, config, on_eval, slow, batches).run()
+
+
+class _Loop:
+    """One trial's training loop: its steps, and the checks and evaluations at its boundaries."""
+
+    def __init__(self, assembled: AssembledModel, config: TrialConfig, on_eval, slow: SlowLimit | None, batches: BatchStream):
+        self.assembled, self.config, self.on_eval, self.slow, self.batches = assembled, config, on_eval, slow, batches
+        self.training = config.training
+        self.evidence_at, self.schedule = evidence_step_index(config), EvalSchedule(self.training)
+        self.tally, self.timer = StepTally(self.evidence_at), step_timer(assembled.device)
+        self.history, self.observed, self.evidence, self.reached, self.eval_s = [], {}, None, None, 0.0
+
+    def run(self) -> TrainResult:
+        # Train mode from the first step: transformers' from_pretrained and the probe leave models in
+        # eval mode, which would train without dropout until the first evaluation switched it.
+        self.assembled.model.train()
+        for step in range(self.training.max_steps):
+            self._step(step)
+            if self._at_boundary(step) and self._check(step):
                 break
-        if last:
-            break
-    step_times = tally.step_times
-    step_s = statistics.median(step_times) if step_times else float("nan")
-    return TrainResult(
-        metrics=history[-1][1],
-        knobs_observed=observed,
-        step_time_ms=1000 * step_s,
-        train_samples_per_s=tally.train_samples_per_s(),
-        steady_samples_per_s=tally.steady_samples_per_s(),  # the same median step as step_time_ms
-        peak_mem_mb=assembled.memory.peak_mb,
-        n_params=assembled.n_params,
-        steps=step + 1,
-        train_s=tally.train_s,
-        time_to_target_s=reached,
-        evidence_s=tally.evidence_s,
-        eval_s=eval_s,
-        fastest_step_ms=1000 * min(step_times) if step_times else None,
-        steady_steps=len(step_times),
-    )
+        return self._result(step + 1)
+
+    def _step(self, step: int) -> None:
+        """One training step, timed; the evidence step under the profiler."""
+        self.timer.start()
+        batch = self.assembled.move(self.batches.next_batch())
+        if step == self.evidence_at:
+            with capture_step(self.assembled) as self.evidence:
+                run_step(self.assembled, batch, step)
+        else:
+            run_step(self.assembled, batch, step)
+        self.timer.stop()
+        self.tally.ended(step, self.assembled.workload.samples_in(batch))
+
+    def _at_boundary(self, step: int) -> bool:
+        checking_speed = self.slow is not None and step - self.evidence_at == SLOW_CHECK_STEPS
+        return (
+            step == self.evidence_at
+            or checking_speed
+            or _boundary(self.training, self.schedule, step, self.tally.train_s + self.timer.host_s)
+        )
+
+    def _check(self, step: int) -> bool:
+        """A check boundary: the device is read here, and only here. Whether the trial ends here."""
+        _check_health(self.assembled, step)
+        self.tally.add(self.timer.read())
+        if self.evidence is not None:
+            self._verify_evidence()
+        if self.slow is not None and len(self.tally.step_times) == SLOW_CHECK_STEPS:
+            _check_speed(self.config, self.slow, 1000 * min(self.tally.step_times), self.observed)
+        train_s, training = self.tally.train_s, self.training
+        last = step + 1 == training.max_steps or (training.budget_s is not None and train_s >= training.budget_s)
+        report = self.schedule.final(step + 1, train_s) if last else self.schedule.due(step + 1, train_s)
+        return (report is not None and self._evaluate(report, step, train_s)) or last
+
+    def _verify_evidence(self) -> None:
+        self.observed = _verified(self.config, observed_knobs(self.evidence), self.batches.observed(self.evidence_at))
+        self.evidence = None
+        # The profiler's event buffers are freed now, but the C heap keeps freed memory for the
+        # steps (`hpo.hardware._allocator`): handed back, or a CPU trial's resident set carries
+        # them to its end (33 MB of the bench-vs-bare mid model's 611 MB peak).
+        release_freed_memory()
+
+    def _evaluate(self, report: int, step: int, train_s: float) -> bool:
+        """Evaluate, report it under `report`; whether the target is reached (the trial ends)."""
+        eval_start = time.perf_counter()
+        metrics = _checked_metrics(self.assembled.evaluate(), step)
+        self.eval_s += time.perf_counter() - eval_start
+        self.history.append((report, metrics))
+        if self.on_eval is not None:
+            self.on_eval(report, metrics)
+        if self.training.target is not None and self.training.target.reached(metrics):
+            self.reached = train_s
+            return True
+        return False
+
+    def _result(self, steps: int) -> TrainResult:
+        tally, step_times = self.tally, self.tally.step_times
+        step_s = statistics.median(step_times) if step_times else float("nan")
+        return TrainResult(
+            metrics=self.history[-1][1],
+            knobs_observed=self.observed,
+            step_time_ms=1000 * step_s,
+            train_samples_per_s=tally.train_samples_per_s(),
+            steady_samples_per_s=tally.steady_samples_per_s(),  # the same median step as step_time_ms
+            peak_mem_mb=self.assembled.memory.peak_mb,
+            n_params=self.assembled.n_params,
+            steps=steps,
+            train_s=tally.train_s,
+            time_to_target_s=self.reached,
+            evidence_s=tally.evidence_s,
+            eval_s=self.eval_s,
+            fastest_step_ms=1000 * min(step_times) if step_times else None,
+            steady_steps=len(step_times),
+        )
 
 
 def _boundary(training: TrainingConfig, schedule: EvalSchedule, step: int, train_s: float) -> bool:

@@ -90,41 +90,51 @@ class ComparedSteps:
         trial = None
         try:
             trial = AssembledModel(self.workload, knobs, self.config.training, self.device)
-            trial.model.load_state_dict(self.kept.initial)
-            # The capture covers forward and backward (profiling the optimizer too doubled its
-            # cost); the optimizer path is observed in training.
-            batch = trial.move(self.compared)
-            with capture_step(trial) if evidence else contextlib.nullcontext() as seen:
-                loss, grads = loss_and_grads(trial, batch)
-            loss, grads = backed_off(trial, batch, loss, grads)
-            failure = self._compare(knobs, loss, grads)
-            if failure is not None:
-                return trial, failure
-            # The compared step's update, after the comparison (gradient clipping would change the
-            # gradients in place), at learning rate 0: it runs the optimizer knob's own kernels
-            # (and their refusals) and moves no weight, so training starts from these weights
-            # with no copy of them restored.
-            with learning_rate_zero(trial.optimizer):
-                trial.optimizer_step()
-            trial.check_scaler(step=0)
+            seen, failure = self._step(trial, knobs, evidence)
         except (KnobUnavailable, TrialRejected) as exc:
             return trial, _Failure(str(exc.verdict), exc.verdict, "contract")
         except NonFiniteLoss as exc:
             return trial, _Failure(f"non-finite loss {exc.loss}")
         except Exception as exc:
-            if is_out_of_memory(exc):
-                raise  # out of memory is about this trial's size, not about the knobs: the trial records it
-            if is_sticky_device_error(exc):
-                raise  # the device is unusable until this process ends: an error, never the knobs'
+            # Out of memory (the trial's size: it records it), a sticky device error (until the process ends): not the knobs'
+            if is_out_of_memory(exc) or is_sticky_device_error(exc):
+                raise
             known, cause = match_known_failure(exc, knobs), real_cause(exc)  # not Dynamo's wrapper
             return trial, _Failure(f"{type(cause).__name__}: {_first_line(cause)}", known, "contract" if known else None, exc)
-        if evidence:
-            self.result.observed = observed_knobs(seen)
-            problems = mismatches(knobs, self.result.observed)
-            if problems:
-                verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, knobs, prefix="ran other than asked: ")
-                return trial, _Failure(str(verdict), verdict, "evidence")
-        return trial, None
+        if failure is None and evidence:
+            failure = self._ran_other(knobs, observed_knobs(seen))
+        return trial, failure
+
+    def _step(self, trial: AssembledModel, knobs: Knobs, evidence: bool):
+        """The compared step on `trial` from the reference's initial weights, compared; then its update.
+        Returns what the profiler saw (with `evidence`) and the comparison's failure, if any."""
+        trial.model.load_state_dict(self.kept.initial)
+        # The capture covers forward and backward (profiling the optimizer too doubled its
+        # cost); the optimizer path is observed in training.
+        batch = trial.move(self.compared)
+        with capture_step(trial) if evidence else contextlib.nullcontext() as seen:
+            loss, grads = loss_and_grads(trial, batch)
+        loss, grads = backed_off(trial, batch, loss, grads)
+        failure = self._compare(knobs, loss, grads)
+        if failure is not None:
+            return seen, failure
+        # The compared step's update, after the comparison (gradient clipping would change the
+        # gradients in place), at learning rate 0: it runs the optimizer knob's own kernels
+        # (and their refusals) and moves no weight, so training starts from these weights
+        # with no copy of them restored.
+        with learning_rate_zero(trial.optimizer):
+            trial.optimizer_step()
+        trial.check_scaler(step=0)
+        return seen, None
+
+    def _ran_other(self, knobs: Knobs, observed: dict) -> _Failure | None:
+        """What ran, recorded; a failure when it contradicts the knobs."""
+        self.result.observed = observed
+        problems = mismatches(knobs, observed)
+        if not problems:
+            return None
+        verdict = mismatch_verdict(Kind.INCOMPATIBLE, problems, knobs, prefix="ran other than asked: ")
+        return _Failure(str(verdict), verdict, "evidence")
 
     def _compare(self, knobs: Knobs, loss: float, grads: list[torch.Tensor]) -> _Failure | None:
         precision = knobs.precision

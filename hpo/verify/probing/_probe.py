@@ -51,11 +51,7 @@ from hpo.verify.probing._kept_reference import ComparedReference, KeptReferences
 from hpo.verify.probing._result import ProbeResult, keep_probe
 from hpo.verify.probing._speed import time_trial, timed_reference
 from hpo.verify.stored import MachineFacts, MemoryVerdicts, VerdictStore, flops_key, reference_key
-from hpo.verify.timing import (
-    DEFAULT_POLICY,
-    TimingPolicy,
-    emulated_slow,
-)
+from hpo.verify.timing import DEFAULT_POLICY, TimingPolicy, emulated_slow
 from hpo.workloads.base import Batch, Workload
 
 # keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
@@ -101,69 +97,103 @@ def run_probe(
     emulated = emulated_slow(config.knobs.precision, device, machine) if config.skip_slow else None
     if emulated is not None:  # proven once for this machine, whatever the model (`hpo.verify.timing._emulated`)
         return ProbeResult(verdict=emulated, blame="machine fact", probe_s=time.perf_counter() - start)
-    store = store if store is not None else MemoryVerdicts()
-    reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
-    key = compared_key(workload, config, device)
-    # A reference still to be timed runs its compared step anyway: it warms the reference up, and
-    # what the step added to the resident set sizes the memory its timing touches beforehand.
-    kept = references.get(key, device) if references is not None and reference_ms is not None else None
-    reused = kept is not None
-    batch = next(workload.train_batches(config.training.batch_size, config.seed))
-    reference, compared_growth = None, 0
-    if kept is None:
-        seed_everything(config.seed)
-        reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, device)
-        compared = _compared_batch(workload, config, batch, compared_samples(config, reference.model))
-        kept, compared_growth = _reference_step(reference, config, device, compared, store)
-        if references is not None:
-            references.put(key, kept)
-    else:
-        compared = _compared_batch(workload, config, batch, kept.samples)
-    floors_known = set(kept.floors)
-    stepped = None  # a model of the trial's knobs that ran full-batch steps here (timed)
-    steps = ComparedSteps(workload, config, device, kept, compared, reference)
-    trial, failure = steps.attempt(config.knobs, evidence=True)
-    if references is not None and set(kept.floors) != floors_known:
-        references.put(key, kept)  # the floors this probe measured, for the next probe of the model
-    result = steps.result
-    if failure is not None:
-        result.peak_mem_mb = trial.memory.peak_mb if trial is not None else None
-        trial = reference = None  # the differential run builds models of its own: not beside these
-        gc.collect()
-        result.verdict, result.blame = steps.blame(config.knobs, failure)
-    else:
-        timed_reference_here = reference_ms is None
-        if reference_ms is None:
-            reference_ms = timed_reference(
-                result, reference, batch, compared_growth, workload.samples_in(compared), config, store
-            )
-        result.reference_step_ms = reference_ms
-        if timed and reference_ms is not None and config.knobs == REFERENCE_KNOBS:
-            # The reference itself: timing it against itself would only measure noise.
-            reference_steps = (store.get(reference_key(config, device)) or {}).get("timed_steps_ms")
-            result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
-            # No other name may hold the reference unless it is handed on: `keep_model` frees it below.
-            stepped = reference if keep_timed and timed_reference_here else None
-        elif timed and reference_ms is not None:
-            time_trial(result, trial, steps, batch, config, reference_ms, policy)
-            stepped = trial if keep_timed else None
-    if trial is not None:
-        result.peak_mem_mb = trial.memory.peak_mb
-    if stepped is not None and result.ok and result.slow is None:
-        result.timed_model = stepped
-    stepped = None
-    if keep_model and result.ok and trial is not None:
-        # Before training starts: the trial's peak memory is its own. Nothing of the reference
-        # refers to itself (`AssembledModel`'s scheduler holds no bound method), so dropping the
-        # last names frees it here, without a gc.collect.
-        trial.restart()
-        _restore_buffers(trial.model, kept.initial)
-        reference = kept = steps = None
-        hand_back_freed(device)
-        result.model = trial
-    result.reference_reused = reused
+    probe = _Probe(workload, config, device, store if store is not None else MemoryVerdicts(), references)
+    result = probe.run(timed, keep_timed, policy)
+    if keep_model and result.ok and probe.trial is not None:
+        result.model = probe.hand_on_trial()
+    result.reference_reused = probe.reused
     result.probe_s = time.perf_counter() - start
     return result
+
+
+class _Probe:
+    """One probe's models: the reference (built here, or its compared step kept from an earlier probe
+    of the model) and the trial's. Its attributes are the only names that hold them, so that
+    dropping them frees the models."""
+
+    def __init__(self, workload: Workload, config: TrialConfig, device, store: VerdictStore, references) -> None:
+        self.workload, self.config, self.device, self.store, self.references = workload, config, device, store, references
+        self.reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
+        self.key = compared_key(workload, config, device)
+        # A reference still to be timed runs its compared step anyway: it warms the reference up, and
+        # what the step added to the resident set sizes the memory its timing touches beforehand.
+        self.kept = references.get(self.key, device) if references is not None and self.reference_ms is not None else None
+        self.reused = self.kept is not None
+        self.reference, self.trial, self.steps, self.compared_growth = None, None, None, 0
+
+    def run(self, timed: bool, keep_timed: bool, policy: TimingPolicy) -> ProbeResult:
+        """The trial's compared step against the reference's; its failure blamed, or its speed timed."""
+        self._compare_reference()
+        failure = self._attempt()
+        result = self.steps.result
+        stepped = None  # a model of the trial's knobs that ran full-batch steps here (timed)
+        if failure is not None:
+            result.peak_mem_mb = self.trial.memory.peak_mb if self.trial is not None else None
+            self.trial = self.reference = None  # the differential run builds models of its own: not beside these
+            gc.collect()
+            result.verdict, result.blame = self.steps.blame(self.config.knobs, failure)
+        else:
+            stepped = self._time(result, timed, keep_timed, policy)
+        if self.trial is not None:
+            result.peak_mem_mb = self.trial.memory.peak_mb
+        if stepped is not None and result.ok and result.slow is None:
+            result.timed_model = stepped
+        return result
+
+    def _compare_reference(self) -> None:
+        """The trial's batch and the compared samples; the reference's compared step, run on a
+        newly built reference unless an earlier probe of the model kept it."""
+        workload, config = self.workload, self.config
+        self.batch = next(workload.train_batches(config.training.batch_size, config.seed))
+        if self.kept is not None:
+            self.compared = _compared_batch(workload, config, self.batch, self.kept.samples)
+            return
+        seed_everything(config.seed)
+        self.reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, self.device)
+        self.compared = _compared_batch(workload, config, self.batch, compared_samples(config, self.reference.model))
+        self.kept, self.compared_growth = _reference_step(self.reference, config, self.device, self.compared, self.store)
+        if self.references is not None:
+            self.references.put(self.key, self.kept)
+
+    def _attempt(self):
+        """The trial's compared step, with evidence of what ran; its failure, or None."""
+        floors_known = set(self.kept.floors)
+        self.steps = ComparedSteps(self.workload, self.config, self.device, self.kept, self.compared, self.reference)
+        self.trial, failure = self.steps.attempt(self.config.knobs, evidence=True)
+        if self.references is not None and set(self.kept.floors) != floors_known:
+            self.references.put(self.key, self.kept)  # the floors this probe measured, for the next probe of the model
+        return failure
+
+    def _time(self, result: ProbeResult, timed: bool, keep_timed: bool, policy: TimingPolicy):
+        """The reference's step time (timed here if no store has it) and, `timed`, the trial's steps
+        against it. Returns the model that ran full-batch steps here when `keep_timed` hands it on."""
+        timed_reference_here = self.reference_ms is None
+        if self.reference_ms is None:
+            samples = self.workload.samples_in(self.compared)
+            growth = self.compared_growth
+            self.reference_ms = timed_reference(result, self.reference, self.batch, growth, samples, self.config, self.store)
+        result.reference_step_ms = reference_ms = self.reference_ms
+        if not timed or reference_ms is None:
+            return None
+        if self.config.knobs == REFERENCE_KNOBS:
+            # The reference itself: timing it against itself would only measure noise.
+            reference_steps = (self.store.get(reference_key(self.config, self.device)) or {}).get("timed_steps_ms")
+            result.slowdown, result.trial_step_ms, result.trial_steps_ms = 1.0, reference_ms, reference_steps or [reference_ms]
+            # No other name may hold the reference unless it is handed on: `keep_model` frees it.
+            return self.reference if keep_timed and timed_reference_here else None
+        time_trial(result, self.trial, self.steps, self.batch, self.config, reference_ms, policy)
+        return self.trial if keep_timed else None
+
+    def hand_on_trial(self) -> AssembledModel:
+        """The passing trial's model, to train. Before training starts: the trial's peak memory is its
+        own. Nothing of the reference refers to itself (`AssembledModel`'s scheduler holds no bound
+        method), so dropping the last names frees it here, without a gc.collect."""
+        trial = self.trial
+        trial.restart()
+        _restore_buffers(trial.model, self.kept.initial)
+        self.reference = self.kept = self.steps = None
+        hand_back_freed(self.device)
+        return trial
 
 
 def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -> None:

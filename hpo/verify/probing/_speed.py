@@ -13,7 +13,7 @@ from hpo.verify.peaks import reference_over_limit
 from hpo.verify.probing._compared_step import ComparedSteps
 from hpo.verify.probing._result import ProbeResult
 from hpo.verify.stored import VerdictStore, reference_key
-from hpo.verify.timing import SlowLimit, SlowProof, TimingPolicy, prove_slow, time_model, time_reference
+from hpo.verify.timing import SlowLimit, SlowProof, StepTimes, TimingPolicy, prove_slow, time_model, time_reference
 from hpo.workloads.base import Batch
 
 __all__ = ["time_trial", "timed_reference"]
@@ -72,20 +72,36 @@ def time_trial(
     # an emulated bf16 MiniLM step is stopped at 5.5 s of its 17.
     over_ms = reference_ms * limit.ratio if config.skip_slow else None
     timed = time_model(trial, batch, policy, stop_past_ms=over_ms)
-    stopped = timed.outlasted_ms is not None
     proof = SlowProof()
-    if stopped or (config.skip_slow and limit.verdict(config.knobs, timed.best_ms) is not None):
-        # The trial's model, timed just now and handed on to nothing, is warm for the proof, and the
-        # steps just timed are the proof's first of the knobs.
-        proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial, warm_timing=timed)
-        result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
-        if stopped and proof.verdict is None:
-            # Not proven slow (the reference is slower now than when it was stored, or too noisy
-            # to judge against): a stopped step is no step time, so the knobs' own is taken whole.
-            timed = time_model(trial, batch, policy.timed_only())
-            stopped = False
+    if timed.outlasted_ms is not None or (config.skip_slow and limit.verdict(config.knobs, timed.best_ms) is not None):
+        proof, timed = _judged_slow(result, trial, steps, batch, config, limit, timed, policy)
+    # A step timed again whole after the proof (`_judged_slow`) is stopped no more.
+    stopped = timed.outlasted_ms is not None
     result.trial_step_stopped = stopped
     result.trial_step_ms = timed.outlasted_ms if stopped else timed.best_ms
     result.trial_steps_ms = list(timed.times_ms)
     # A verdict's slowdown is the one its text states, timed beside the reference.
     result.slowdown = proof.slowdown if result.slow is not None else limit.slowdown(result.trial_step_ms)
+
+
+def _judged_slow(
+    result: ProbeResult,
+    trial: AssembledModel,
+    steps: ComparedSteps,
+    batch: Batch,
+    config: TrialConfig,
+    limit: SlowLimit,
+    timed: StepTimes,
+    policy: TimingPolicy,
+) -> tuple[SlowProof, StepTimes]:
+    """Steps over the limit judged by the proof, its verdict into `result`; the proof and the
+    trial's step times, timed again whole when a stopped step was not proven slow."""
+    # The trial's model, timed just now and handed on to nothing, is warm for the proof, and the
+    # steps just timed are the proof's first of the knobs.
+    proof = prove_slow(steps.workload, config, steps.device, limit, warm=trial, warm_timing=timed)
+    result.slow, result.slow_not_judged = proof.verdict, proof.not_judged
+    if timed.outlasted_ms is not None and proof.verdict is None:
+        # Not proven slow (the reference is slower now than when it was stored, or too noisy
+        # to judge against): a stopped step is no step time, so the knobs' own is taken whole.
+        timed = time_model(trial, batch, policy.timed_only())
+    return proof, timed

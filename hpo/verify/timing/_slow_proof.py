@@ -193,24 +193,31 @@ def _proven_slow(
         rounds.first_with(warm_timing)
     else:
         rounds.one_round()
-    while True:
-        # Cleared only on as many steps of each side as PROOF_ROUNDS: one reference step slowed by
-        # a burst would otherwise clear any knobs in the first round.
-        if rounds.count >= PROOF_ROUNDS and min(rounds.knobs.ms) <= rounds.over_ms():
-            return SlowProof()
-        shown = outlook(rounds.knobs.ms, rounds.reference_ms, limit.ratio, policy.max_repeats)
-        if shown is Outlook.UNPROVABLE:  # at the cap, whatever is not proven is unprovable
-            _too_noisy(rounds.reference_ms, policy)  # the cause, where the reference's own steps disagree
-            raise _NotJudged(f"not proven slow: {describe(rounds.knobs.ms, rounds.reference_ms, limit.ratio)}")
-        if shown is Outlook.SLOW and rounds.settled():
-            break
-        rounds.one_round()
+    if _cleared(rounds, limit, policy):
+        return SlowProof()
     # Proven over the limit. Judged only if the reference's own steps held still: where even its
     # fastest steps disagree widely, the knobs' may be slowed by the same noise.
     _too_noisy(rounds.reference_ms, policy)
     fastest, at_least = rounds.knobs.fastest()
     judged = dataclasses.replace(limit, reference_ms=min(rounds.reference_ms))
     return SlowProof(judged.verdict(knobs, fastest, at_least=at_least), slowdown=judged.slowdown(fastest), at_least=at_least)
+
+
+def _cleared(rounds: SideBySide, limit: SlowLimit, policy: TimingPolicy) -> bool:
+    """Round after round until the knobs are cleared (True) or proven over the limit on steady
+    steps (False); `_NotJudged` once the rounds can no longer prove it."""
+    while True:
+        # Cleared only on as many steps of each side as PROOF_ROUNDS: one reference step slowed by
+        # a burst would otherwise clear any knobs in the first round.
+        if rounds.count >= PROOF_ROUNDS and min(rounds.knobs.ms) <= rounds.over_ms():
+            return True
+        shown = outlook(rounds.knobs.ms, rounds.reference_ms, limit.ratio, policy.max_repeats)
+        if shown is Outlook.UNPROVABLE:  # at the cap, whatever is not proven is unprovable
+            _too_noisy(rounds.reference_ms, policy)  # the cause, where the reference's own steps disagree
+            raise _NotJudged(f"not proven slow: {describe(rounds.knobs.ms, rounds.reference_ms, limit.ratio)}")
+        if shown is Outlook.SLOW and rounds.settled():
+            return False
+        rounds.one_round()
 
 
 def _too_noisy(reference_ms: list[float], policy: TimingPolicy) -> None:
