@@ -21,32 +21,10 @@ MODULES_OVER = {
     # Every private torch API hpo uses, in one module on purpose, so that a torch upgrade has one
     # place to mend (tests/contracts/test_private_torch_apis.py scans it).
     "hpo/torch_compat.py": 278,
-    "hpo/app/gpu_check.py": 257,  # the knob matrix on a GPU host: not split yet
 }
 
 # Over FUNCTION_LINES: "path::qualified name" and its lines of code.
 FUNCTIONS_OVER = {
-    "hpo/app/dashboard.py::serve_dashboard": 25,
-    "hpo/app/docgen.py::search_space_page": 23,
-    "hpo/app/doctor.py::format_report": 28,
-    "hpo/app/doctor.py::machine_facts": 24,
-    "hpo/app/export_as/__init__.py::export_as": 22,
-    "hpo/app/export_as/hf.py::hf_arguments": 23,
-    "hpo/app/export_as/lightning_trainer.py::lightning_arguments": 22,
-    "hpo/app/export_as/python_loop.py::python_snippet": 36,
-    "hpo/app/export_as/torchrun.py::_wrap_lines": 22,
-    "hpo/app/export_as/torchrun.py::torchrun_script": 21,
-    "hpo/app/export_as/winner.py::winner_of": 29,
-    "hpo/app/gpu_check.py::check": 23,
-    "hpo/app/knobs_page.py::knobs_page": 32,
-    "hpo/app/parser.py::build_parser": 128,
-    "hpo/app/parser.py::gpu_check_args": 31,
-    "hpo/app/report.py::_history": 23,
-    "hpo/app/result_commands.py::cmd_export": 23,
-    "hpo/app/study_commands.py::cmd_probe": 25,
-    "hpo/app/study_commands.py::cmd_run": 33,
-    "hpo/app/study_commands.py::cmd_worker": 26,
-    "hpo/app/warm.py::enqueue_from_study": 29,
     "hpo/config/legacy.py::upgrade": 25,
     "hpo/config/lr_scaling.py::attach_lr_scaling": 24,
     "hpo/config/resolve.py::build_config": 30,
