@@ -25,11 +25,6 @@ MODULES_OVER = {
 
 # Over FUNCTION_LINES: "path::qualified name" and its lines of code.
 FUNCTIONS_OVER = {
-    "hpo/config/legacy.py::upgrade": 25,
-    "hpo/config/lr_scaling.py::attach_lr_scaling": 24,
-    "hpo/config/resolve.py::build_config": 30,
-    "hpo/config/space.py::parse_space": 23,
-    "hpo/config/trial.py::TrialConfig.to_dict": 24,
     "hpo/engine/_dali_loader.py::dali_batches": 22,
     "hpo/engine/_loader.py::check_settings": 22,
     "hpo/engine/_loader_stream.py::batch_stream": 25,
