@@ -63,13 +63,6 @@ FUNCTIONS_OVER = {
     "hpo/verify/probing/_probe.py::run_probe": 69,
     "hpo/verify/probing/_speed.py::time_trial": 22,
     "hpo/verify/timing/_slow_proof.py::_proven_slow": 23,
-    "hpo/workloads/chat_corpus.py::load_corpus": 21,
-    "hpo/workloads/chat_corpus.py::load_data": 24,
-    "hpo/workloads/hf_common.py::load_pretrained": 29,
-    "hpo/workloads/options/hf_text_classification.py::HFTextClassificationOptions.__post_init__": 22,
-    "hpo/workloads/options/typed_fields.py::_convert": 23,
-    "hpo/workloads/text_classification.py::TextClassification._load": 21,
-    "hpo/workloads/timeseries_classification.py::prepare": 26,
 }
 
 
