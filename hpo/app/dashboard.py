@@ -50,18 +50,29 @@ def serve_dashboard(storage_url: str, study_name: str | None, host: str, port: i
     check_port(port)
     dashboard = deps.optuna_dashboard()
     storage = open_storage(storage_url)
-    study_id = None
-    if study_name is not None:
-        study = load_study_or_none(storage, study_name)
-        if study is None:
-            raise UserInputError(f"study {study_name!r} not found in {mask_secrets(storage_url)}")
-        study_id = study_id_of(study)
+    study_id = None if study_name is None else _study_id(storage, study_name, storage_url)
+    server = _bound_server(host, port, dashboard.wsgi(storage))
+    _log.info(f"optuna-dashboard for {mask_secrets(storage_url)}: {study_url(host, port, study_id)}")
+    _serve_until_interrupted(server)
+
+
+def _study_id(storage, study_name: str, storage_url: str) -> int:
+    study = load_study_or_none(storage, study_name)
+    if study is None:
+        raise UserInputError(f"study {study_name!r} not found in {mask_secrets(storage_url)}")
+    return study_id_of(study)
+
+
+def _bound_server(host: str, port: int, app) -> WSGIServer:
+    """The server, its socket bound: a port in use or a bad host is one line, before anything is served."""
     try:
-        server = make_server(host, port, dashboard.wsgi(storage), server_class=_ThreadingServer, handler_class=_QuietHandler)
+        return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
     except OSError as exc:
         reason = "already in use; choose another with --port" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise UserInputError(f"cannot listen on {host}:{port}: {reason}") from None
-    _log.info(f"optuna-dashboard for {mask_secrets(storage_url)}: {study_url(host, port, study_id)}")
+
+
+def _serve_until_interrupted(server: WSGIServer) -> None:
     # A process a shell started in the background inherits SIGINT ignored, and Python then never
     # raises KeyboardInterrupt: Ctrl-C (or `kill -INT`) must still stop the dashboard.
     if threading.current_thread() is threading.main_thread():

@@ -62,24 +62,24 @@ def _section(title: str, model: type[BaseModel], prefix: str) -> list[str]:
     return lines
 
 
+# What the generated tables cannot say: how a search-space file reads.
+_SPACE_INTRO = [
+    "A search-space file has four sections; an exported config is one with every value fixed. In",
+    "`params` and `systems`, a scalar is fixed and a list, `{choices: [...]}` or `{low, high[, log, step]}`",
+    "is searched. Unknown keys are errors.",
+    "",
+    "A searched list is a categorical choice: each trial receives one of its values (never the list) and",
+    "records it. A workload option whose value is itself a list is therefore fixed under `workload`, not",
+    "`params`. Every workload option, under `workload` or searched under `params` (each candidate value),",
+    "must be of the type its `Options` field declares: a bool is not a number, an int is a float, a list",
+    "stands for a tuple and a mapping for a nested dataclass. A wrong one is refused in one line that names",
+    "the key path, the type and the value (`hpo validate` exits 2).",
+    "",
+]
+
+
 def search_space_page() -> str:
-    lines = [
-        "# Search-space file reference",
-        "",
-        _NOTE.strip(),
-        "",
-        "A search-space file has four sections; an exported config is one with every value fixed. In",
-        "`params` and `systems`, a scalar is fixed and a list, `{choices: [...]}` or `{low, high[, log, step]}`",
-        "is searched. Unknown keys are errors.",
-        "",
-        "A searched list is a categorical choice: each trial receives one of its values (never the list) and",
-        "records it. A workload option whose value is itself a list is therefore fixed under `workload`, not",
-        "`params`. Every workload option, under `workload` or searched under `params` (each candidate value),",
-        "must be of the type its `Options` field declares: a bool is not a number, an int is a float, a list",
-        "stands for a tuple and a mapping for a nested dataclass. A wrong one is refused in one line that names",
-        "the key path, the type and the value (`hpo validate` exits 2).",
-        "",
-    ]
+    lines = ["# Search-space file reference", "", _NOTE.strip(), "", *_SPACE_INTRO]
     for name, field in SpaceFile.model_fields.items():
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
             lines += _section(name, field.annotation, f"{name}.")

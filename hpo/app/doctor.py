@@ -47,27 +47,26 @@ def machine_facts() -> dict:
     from hpo.verify.stored import MachineFacts
 
     store = MachineFacts()
-    rows = []
-    for entry in store.entries():
-        facts, speed = entry.get("facts") or {}, entry.get("speed") or {}
-        rows.append(
-            {
-                "key": entry["key"],
-                "workload": facts.get("workload"),
-                "knobs": facts.get("knobs"),
-                "device": facts.get("device"),
-                "torch": (facts.get("versions") or {}).get("torch"),
-                "batch_size": speed.get("batch_size"),
-                "verdict": (entry.get("verdict") or {}).get("verdict"),
-                "speed": speed.get("verdict"),
-                "step_ms": speed.get("trial_step_ms"),
-                # step_ms is a lower bound: the step was stopped past the slow limit.
-                "step_stopped": bool(speed.get("trial_step_stopped")),
-                "raced_ms": entry.get("raced_ms"),
-                "at": entry.get("at"),
-            }
-        )
-    return {"folder": str(store.directory), "entries": rows}
+    return {"folder": str(store.directory), "entries": [_fact_row(entry) for entry in store.entries()]}
+
+
+def _fact_row(entry: dict) -> dict:
+    facts, speed = entry.get("facts") or {}, entry.get("speed") or {}
+    return {
+        "key": entry["key"],
+        "workload": facts.get("workload"),
+        "knobs": facts.get("knobs"),
+        "device": facts.get("device"),
+        "torch": (facts.get("versions") or {}).get("torch"),
+        "batch_size": speed.get("batch_size"),
+        "verdict": (entry.get("verdict") or {}).get("verdict"),
+        "speed": speed.get("verdict"),
+        "step_ms": speed.get("trial_step_ms"),
+        # step_ms is a lower bound: the step was stopped past the slow limit.
+        "step_stopped": bool(speed.get("trial_step_stopped")),
+        "raced_ms": entry.get("raced_ms"),
+        "at": entry.get("at"),
+    }
 
 
 def device_from_flag(name: str) -> torch.device:
@@ -108,31 +107,51 @@ def format_report(report: dict) -> str:
     lines = [
         f"device        {report['device']} ({report['device_type']}, {report['cuda_devices']} CUDA devices)",
         f"software      torch {report['torch_version']}, hpo {report['hpo_version']}, python {report['python']}",
+        *_capability_lines(report),
+        "peak TFLOP/s (MFU's denominator):",
+        *_peak_lines(report["peak_tflops"]),
+        *_machine_fact_lines(report.get("machine_facts") or {"folder": "?", "entries": []}),
+        *_verdict_lines(report),
     ]
+    return "\n".join(lines)
+
+
+def _capability_lines(report: dict) -> list[str]:
+    """Each knob's values, samplers and pruners: usable or not, and why; then what was not checked."""
+    lines = []
     for section in (*CHECKED_KNOBS, "sampler", "pruner"):
         lines.append(f"{section}:")
         for name, cap in report[section].items():
             mark = "yes" if cap["usable"] else "no "
             lines.append(f"  {name:<20}{mark}  {cap['why']}".rstrip())
-    lines += [f"unchecked: {line}" for line in report.get("unchecked", ())]
-    lines.append("peak TFLOP/s (MFU's denominator):")
-    for precision, peak in report["peak_tflops"].items():
-        lines.append(
-            f"  {precision:<20}" + ("unknown for this device" if peak is None else f"{peak['tflops']:g}  {peak['source']}")
-        )
-    stored = report.get("machine_facts") or {"folder": "?", "entries": []}
-    lines.append(f"machine facts {len(stored['entries'])} stored in {stored['folder']} (`hpo probe --fresh` ignores them)")
+    return lines + [f"unchecked: {line}" for line in report.get("unchecked", ())]
+
+
+def _peak_lines(peaks: dict) -> list[str]:
+    return [
+        f"  {precision:<20}" + ("unknown for this device" if peak is None else f"{peak['tflops']:g}  {peak['source']}")
+        for precision, peak in peaks.items()
+    ]
+
+
+def _machine_fact_lines(stored: dict) -> list[str]:
+    lines = [f"machine facts {len(stored['entries'])} stored in {stored['folder']} (`hpo probe --fresh` ignores them)"]
     for row in stored["entries"]:
         knobs = " ".join(f"{k}={v}" for k, v in (row["knobs"] or {}).items())
         step = "" if row["step_ms"] is None else f", {row['step_ms']:.3g} ms/step at batch {row['batch_size']}"
         lines.append(f"  {row['workload']} {knobs} torch {row['torch']}: {row['speed'] or row['verdict']}{step}")
+    return lines
+
+
+def _verdict_lines(report: dict) -> list[str]:
+    """The study's cached knob verdicts, with `--study`."""
+    lines = []
     for row in report.get("verdicts", []):
-        knobs = row["knobs"] or {}
-        shown = " ".join(f"{k}={v}" for k, v in knobs.items())
+        shown = " ".join(f"{k}={v}" for k, v in (row["knobs"] or {}).items())
         lines.append(f"verdict  {shown}  on {row['device']}: {row['verdict']}")
     if "verdicts" in report and not report["verdicts"]:
         lines.append("no verdicts cached in this study yet")
-    return "\n".join(lines)
+    return lines
 
 
 def verdict_rows(study) -> list[dict]:

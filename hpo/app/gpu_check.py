@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from hpo import torch_compat
+from hpo.app.gpu_check_table import markdown
 from hpo.config.trial import Knobs, TrainingConfig, TrialConfig
 from hpo.hardware import resolve_device
 from hpo.hardware.probes import device_model
@@ -106,52 +107,37 @@ def check(workload: str, knobs: Knobs, how: MatrixCheck) -> dict:
     key = outcome.attrs[RecordKey.VERDICT_KEY]
     probe = verdicts.get(key) or {}
     speed = verdicts.get(speed_key(key, how.batch_size)) or {}  # the speed fact at this batch size
-    step_ms, slowdown = speed.get("trial_step_ms"), speed.get("slowdown")
     return {
         "workload": workload,
         "knobs": knobs.as_dict(),
         "verdict": str(outcome.verdict),
+        **_probe_columns(probe, speed, how.batch_size),
+        "observed": outcome.attrs.get(RecordKey.KNOBS_OBSERVED) or probe.get("observed"),
+        "probe_s": probe.get("probe_s"),
+        **_trained_columns(outcome.attrs),
+    }
+
+
+def _probe_columns(probe: dict, speed: dict, batch_size: int) -> dict:
+    """What the probe measured: the speed of its timed steps against fp32/eager, and its numeric errors."""
+    step_ms, slowdown = speed.get("trial_step_ms"), speed.get("slowdown")
+    return {
         "speedup_vs_fp32_eager": None if slowdown is None else 1 / slowdown,
-        "samples_per_s": None if step_ms is None else how.batch_size * 1000 / step_ms,
+        "samples_per_s": None if step_ms is None else batch_size * 1000 / step_ms,
         "loss_rel_err": probe.get("loss_rel_err"),
         "grad_rel_err": probe.get("grad_rel_err"),
         "grad_floor": probe.get("grad_floor"),
         "grad_bound": probe.get("grad_bound"),
-        "observed": outcome.attrs.get(RecordKey.KNOBS_OBSERVED) or probe.get("observed"),
-        "probe_s": probe.get("probe_s"),
-        "train_samples_per_s": outcome.attrs.get(RecordKey.TRAIN_SAMPLES_PER_S),
-        "steady_samples_per_s": outcome.attrs.get(RecordKey.STEADY_SAMPLES_PER_S),  # like with like beside samples_per_s
-        "peak_mem_mb": outcome.attrs.get(RecordKey.PEAK_MEM_MB),
     }
 
 
-def _line(r: dict) -> str:
-    k = r["knobs"]
-    sps = "" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.0f}"
-    speed = "" if r.get("speedup_vs_fp32_eager") is None else f"{r['speedup_vs_fp32_eager']:.2f}"
-    verdict = r["verdict"] if len(r["verdict"]) < 70 else r["verdict"][:67] + "..."
-    knobs = " | ".join(str(k.get(name, "")) for name in TRIAL_KNOBS)
-    return f"| {r['workload']} | {knobs} | {verdict} | {sps} | {speed} |"
-
-
-def markdown(rows: list[dict], device: str) -> str:
-    """A table of every row, then the fastest ok combination of each workload."""
-    lines = [
-        f"Knob verification on {device}",
-        "",
-        "| workload | " + " | ".join(k.header for k in TRIAL_KNOBS.values()) + " | verdict | samples/s | x fp32/eager |",
-        "|---|" + "---|" * (len(TRIAL_KNOBS) + 3),
-        *(_line(r) for r in rows),
-    ]
-    for workload in sorted({r["workload"] for r in rows}):
-        ok = [r for r in rows if r["workload"] == workload and r["verdict"] == "ok" and r.get("samples_per_s")]
-        if ok:
-            best = max(ok, key=lambda r: r["samples_per_s"])
-            lines.append(
-                f"\nBest on {workload}: {best['knobs']} at {best['samples_per_s']:.0f} samples/s "
-                f"({best['speedup_vs_fp32_eager']:.2f}x fp32/eager)"
-            )
-    return "\n".join(lines)
+def _trained_columns(attrs: dict) -> dict:
+    """What training the combination recorded: its throughput and peak memory."""
+    return {
+        "train_samples_per_s": attrs.get(RecordKey.TRAIN_SAMPLES_PER_S),
+        "steady_samples_per_s": attrs.get(RecordKey.STEADY_SAMPLES_PER_S),  # like with like beside samples_per_s
+        "peak_mem_mb": attrs.get(RecordKey.PEAK_MEM_MB),
+    }
 
 
 # ---- one process per combination, rows appended as they come, resumable --------------------

@@ -16,8 +16,13 @@ def _values(knob) -> str:
 
 def knobs_page(note: str) -> str:
     """A table of the knobs, then each knob's module docstring: how it is applied and observed."""
-    lines = ["# Systems knob reference", "", note, ""]
-    lines += [
+    lines = ["# Systems knob reference", "", note, "", *_trial_knob_lines(), *_parallel_knob_lines()]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _trial_knob_lines() -> list[str]:
+    """The trial knobs' table, then a section per knob."""
+    lines = [
         "Each knob is one module of `hpo/knobs/systems/`, and every line below is read from it. A knob is",
         "searched under `systems:` (a scalar is fixed, a list searched); `reference` is its value in the",
         'combination every probe compares a trial with. How to add one: CONTRIBUTING.md, "How to add a knob".',
@@ -32,7 +37,12 @@ def knobs_page(note: str) -> str:
     for name, knob in KNOBS.items():
         observed = ", ".join(f"`{field}`" for field in knob.observed_fields) or "the loader's record (`loader_observed`)"
         lines += [f"## `systems.{name}`", "", _doc(knob), "", f"Recorded as observed in: {observed}.", ""]
-    lines += [
+    return lines
+
+
+def _parallel_knob_lines() -> list[str]:
+    """The section of `systems.parallel`'s knobs: their table, then a subsection per knob."""
+    lines = [
         "## `systems.parallel`: the knobs of a trial of several ranks",
         "",
         "Searched under `systems.parallel` beside `processes`; each acts on one strategy. Each rank records its",
@@ -47,7 +57,7 @@ def knobs_page(note: str) -> str:
     lines.append("")
     for name, knob in PARALLEL_KNOBS.items():
         lines += [f"### `systems.parallel.{name}`", "", _doc(knob), ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def _doc(knob) -> str:

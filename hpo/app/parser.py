@@ -1,16 +1,22 @@
-"""The `hpo` command line's arguments: every subcommand, its flags and their help."""
+"""The `hpo` command line's arguments: every subcommand, its flags and their help.
+
+One function per subcommand adds its arguments; `_SUBCOMMANDS` lists them in the order `hpo --help`
+shows them."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 
 from hpo import __version__
+from hpo.app._arg_groups import TOP_DEFAULT, format_args, space_arg, storage_arg, storage_args, top_arg
+from hpo.app._gpu_check_args import gpu_check_args
 
 __all__ = ["TOP_DEFAULT", "build_parser"]
 
-TOP_DEFAULT = 3  # `--top` alone, in `hpo export` and `hpo enqueue` alike
+_IN_PROCESS_HELP = "run trials in the worker process, not a child per trial"
+_WITHIN_HELP = "the fastest trial whose first objective is within PCT percent of the best"
+_FIXED_CONFIG_HELP = "a config with every value fixed, such as one written by `hpo export`"
 
 
 def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
@@ -21,45 +27,20 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     loudness.add_argument("-v", "--verbose", action="store_true", help="also log debug detail")
     loudness.add_argument("-q", "--quiet", action="store_true", help="log errors only (results and progress still show)")
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text, add_arguments in _SUBCOMMANDS:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(func=commands[name])
+        add_arguments(command)
+    return parser
 
-    def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(func=func)
-        return p
 
-    def storage_args(p, study_required: bool = True, study_help: str = "study name") -> None:
-        p.add_argument("--study", required=study_required, help=study_help)
-        storage_arg(p, "SQLAlchemy URL (default: $HPO_STORAGE if set, else sqlite:///studies/<study>.db)")
-
-    def storage_arg(p, help_text: str) -> None:
-        p.add_argument("--storage", default=os.environ.get("HPO_STORAGE"), help=help_text)
-
-    def format_args(p, json_shape: str) -> None:
-        """`--format table|json`, and `--json`: its older spelling, kept as an alias."""
-        p.add_argument(
-            "--format",
-            choices=["table", "json"],
-            default="table",
-            help=f"table: for people (default); json: {json_shape} (shapes: docs/cli.md)",
-        )
-        p.add_argument("--json", dest="format", action="store_const", const="json", help="alias of --format json")
-
-    def top_arg(p, help_text: str, **kwargs) -> None:
-        kwargs.setdefault("nargs", "?")
-        p.add_argument(
-            "--top",
-            type=int,
-            const=TOP_DEFAULT,
-            metavar="K",
-            help=f"{help_text}; K is {TOP_DEFAULT} if omitted, as in `hpo export` and `hpo enqueue`",
-            **kwargs,
-        )
-
-    p = add("validate", commands["validate"], "check a search-space file (an exported config is one)")
-    p.add_argument("space", help="the search-space YAML file (an exported config is one)")
+def _validate_args(p: argparse.ArgumentParser) -> None:
+    space_arg(p)
     format_args(p, '{"file", "study", "workload", "params", "searched_knobs"}; a bad file exits 2 either way')
-    p = add("run", commands["run"], "create or resume a study and run its trials")
-    p.add_argument("space", help="the search-space YAML file (an exported config is one)")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    space_arg(p)
     storage_args(p, study_required=False)
     p.add_argument("--n-trials", type=int, help="trial budget of a new study (default: study.n_trials)")
     p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
@@ -70,23 +51,28 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "systems.parallel.processes N, 1 on CPU; "
         "0: only create or resume the study, for workers started elsewhere)",
     )
-    p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
+    p.add_argument("--in-process", action="store_true", help=_IN_PROCESS_HELP)
     format_args(p, "the best trials when the run ends, as `hpo best --format json` prints them")
-    p = add("worker", commands["worker"], "join an existing study and run trials until its budget is spent")
+
+
+def _worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", required=True, help="the study to join (created by `hpo run`)")
     storage_arg(p, "SQLAlchemy URL of the study (default: $HPO_STORAGE, which keeps a password out of ps)")
     p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds (default: study.timeout)")
-    p.add_argument("--in-process", action="store_true", help="run trials in the worker process, not a child per trial")
-    within_help = "the fastest trial whose first objective is within PCT percent of the best"
-    p = add("best", commands["best"], "show the best trials as a table (the Pareto front for several objectives)")
+    p.add_argument("--in-process", action="store_true", help=_IN_PROCESS_HELP)
+
+
+def _best_args(p: argparse.ArgumentParser) -> None:
     storage_args(p)
     format_args(p, "a list of trials: Optuna's study.best_trials among the trials that trained")
-    p.add_argument("--within", type=float, metavar="PCT", help=within_help)
-    p = add("export", commands["export"], "write a runnable config of one trial, or of the top K")
+    p.add_argument("--within", type=float, metavar="PCT", help=_WITHIN_HELP)
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
     storage_args(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number (default: best)")
-    which.add_argument("--within", type=float, metavar="PCT", help=within_help)
+    which.add_argument("--within", type=float, metavar="PCT", help=_WITHIN_HELP)
     top_arg(which, "the K best trials that trained (the Pareto front first), as DIR/trial-N.yaml")
     p.add_argument(
         "--as",
@@ -99,8 +85,10 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", help="a file, or a folder with --top, --as hf or --as lightning")
     format_args(p, 'a list of the files written, [{"number", "what", "path"}]')
-    p = add("probe", commands["probe"], "probe every knob combination of a space here, ranked by throughput (no training)")
-    p.add_argument("space", help="the search-space YAML file (an exported config is one)")
+
+
+def _probe_args(p: argparse.ArgumentParser) -> None:
+    space_arg(p)
     p.add_argument(
         "--fresh",
         action="store_true",
@@ -109,7 +97,9 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     )
     storage_args(p, study_required=False)
     format_args(p, "a list of knob rows, ranked by samples/s")
-    p = add("enqueue", commands["enqueue"], "warm start: enqueue an exported config, or another study's K best, as next trials")
+
+
+def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--study",
         "--to-study",
@@ -118,63 +108,49 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "space (--to-study: its older spelling, still accepted)",
     )
     storage_arg(p, "SQLAlchemy URL of --study (default: $HPO_STORAGE if set, else sqlite:///studies/<study>.db)")
-    p.add_argument("config", nargs="?", help="a config with every value fixed, such as one written by `hpo export`")
+    p.add_argument("config", nargs="?", help=_FIXED_CONFIG_HELP)
     p.add_argument("--from-study", help="enqueue this study's best configurations instead of a CONFIG")
     p.add_argument("--space", help="the search-space file of --study, when --from-study creates it")
     top_arg(p, "how many of --from-study's best trials that trained (the Pareto front first)", default=TOP_DEFAULT)
     p.add_argument("--from-storage", help="storage URL of --from-study when it differs from --storage")
     format_args(p, 'a list of {"study", "source", "params", "skipped"}: one per trial enqueued or skipped')
-    p = add("train", commands["train"], "retrain an exported config without Optuna")
-    p.add_argument("config", help="a config with every value fixed, such as one written by `hpo export`")
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help=_FIXED_CONFIG_HELP)
     format_args(p, "one trial, in the shape `hpo best` prints (number and state null: no study)")
-    p = add("doctor", commands["doctor"], "hardware, software and which knobs are usable here")
+
+
+def _doctor_args(p: argparse.ArgumentParser) -> None:
     format_args(p, "the report as one object; with --study its verdicts are knob rows")
     p.add_argument("--device", default="auto", help="auto (the worker's GPU if any), cpu, cuda:N or mps")
     storage_args(p, study_required=False)
-    p = add("dashboard", commands["dashboard"], "start optuna-dashboard on 127.0.0.1")
+
+
+def _dashboard_args(p: argparse.ArgumentParser) -> None:
     storage_args(p, study_required=False)
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080, help="port to serve on (default 8080)")
-    p = add("report", commands["report"], "write a static HTML report with plots")
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
     storage_args(p)
     p.add_argument("-o", "--output", required=True, help="the HTML file to write (its folder must exist)")
     format_args(p, 'the file written, [{"number": null, "what": "report", "path"}]')
-    gpu_check_args(
-        add("gpu-check", commands["gpu-check"], "verify every knob combination of each workload here, each as a short trial")
-    )
-    return parser
 
 
-def gpu_check_args(p: argparse.ArgumentParser) -> None:
-    """`hpo gpu-check`: which combinations, how each runs, where the rows go."""
-    from hpo.knobs.systems import TRIAL_KNOBS
-    from hpo.workloads.catalog import SELF_CONTAINED_WORKLOADS
-
-    def values(flag: str, choices, default, what: str) -> None:
-        which = "all" if tuple(default) == tuple(choices) else " ".join(default)
-        p.add_argument(
-            flag,
-            nargs="+",
-            choices=choices,
-            default=list(default),
-            metavar=flag.removeprefix("--").upper(),
-            help=f"{what}, any of: {' '.join(choices)} (default: {which})",
-        )
-
-    p.add_argument(
-        "--workloads",
-        nargs="+",
-        default=list(SELF_CONTAINED_WORKLOADS),
-        help=f"workloads to run each combination on, with their default options: built-in names or package.module:Class "
-        f"(default: {' '.join(SELF_CONTAINED_WORKLOADS)}; the hf_* workloads need your files: `hpo probe SPACE.yaml`)",
-    )
-    for knob in TRIAL_KNOBS.values():
-        every = tuple(knob.cli_text(v) for v in knob.values)
-        chosen = every if knob.gpu_check_values is None else tuple(knob.cli_text(v) for v in knob.gpu_check_values)
-        values(knob.flag, every, chosen, knob.help)
-    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of compiled rows (default inductor)")
-    p.add_argument("--batch-size", type=int, default=32, help="batch size of every combination (default 32)")
-    p.add_argument("--steps", type=int, default=10, help="training steps after a passed probe (default 10)")
-    p.add_argument("--device", default="auto", help="auto (the GPU if any), cpu, cuda:N or mps")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds one combination may take (default 1800)")
-    p.add_argument("--out-dir", default=".", help="folder of gpu-<device>.jsonl (rows, resumed) and .md (table) (default .)")
+# Each subcommand: its name, its help (also its description) and the function that adds its arguments.
+_SUBCOMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("validate", "check a search-space file (an exported config is one)", _validate_args),
+    ("run", "create or resume a study and run its trials", _run_args),
+    ("worker", "join an existing study and run trials until its budget is spent", _worker_args),
+    ("best", "show the best trials as a table (the Pareto front for several objectives)", _best_args),
+    ("export", "write a runnable config of one trial, or of the top K", _export_args),
+    ("probe", "probe every knob combination of a space here, ranked by throughput (no training)", _probe_args),
+    ("enqueue", "warm start: enqueue an exported config, or another study's K best, as next trials", _enqueue_args),
+    ("train", "retrain an exported config without Optuna", _train_args),
+    ("doctor", "hardware, software and which knobs are usable here", _doctor_args),
+    ("dashboard", "start optuna-dashboard on 127.0.0.1", _dashboard_args),
+    ("report", "write a static HTML report with plots", _report_args),
+    ("gpu-check", "verify every knob combination of each workload here, each as a short trial", gpu_check_args),
+)

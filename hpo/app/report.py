@@ -46,12 +46,7 @@ def _history(study: optuna.Study, name: str, index: int):
     rejected = [t for t in study.get_trials(deepcopy=False) if t.number not in numbers and t.user_attrs.get(RecordKey.VERDICT)]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[t.number for t in trained], y=[t.values[index] for t in trained], mode="markers", name="trained"))
-    best, line = None, []
-    minimize = study.directions[index] == optuna.study.StudyDirection.MINIMIZE
-    for t in sorted(trained, key=lambda t: t.number):
-        v = t.values[index]
-        best = v if best is None or (v < best if minimize else v > best) else best
-        line.append((t.number, best))
+    line = _best_so_far(trained, index, minimize=study.directions[index] == optuna.study.StudyDirection.MINIMIZE)
     fig.add_trace(go.Scatter(x=[n for n, _ in line], y=[b for _, b in line], mode="lines", name="best so far"))
     fig.add_trace(go.Scatter(
         x=[t.number for t in rejected], y=[0] * len(rejected), yaxis="y2", mode="markers", name="rejected (no value)",
@@ -62,6 +57,16 @@ def _history(study: optuna.Study, name: str, index: int):
         yaxis2={"domain": [0, 0.1], "showticklabels": False, "title": "rejected"},
     )  # fmt: skip
     return fig
+
+
+def _best_so_far(trained: list, index: int, minimize: bool) -> list[tuple[int, float]]:
+    """(trial number, the best value of objective `index` up to that trial), in trial order."""
+    best, line = None, []
+    for t in sorted(trained, key=lambda t: t.number):
+        v = t.values[index]
+        best = v if best is None or (v < best if minimize else v > best) else best
+        line.append((t.number, best))
+    return line
 
 
 def _trained_study(study: optuna.Study) -> optuna.Study:

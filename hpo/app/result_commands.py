@@ -23,29 +23,41 @@ def cmd_best(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from hpo.app.best_and_export import export_config, export_top, find_trial, open_study
-    from hpo.app.pick import fastest_within
+    from hpo.app.best_and_export import open_study
 
+    output = _checked_output(args)
+    study = open_study(args.study, storage_url(args, args.study))
+    if args.as_format != "yaml":
+        return _export_as(args, study)
+    written = _export_yaml(args, study, output)
+    lines = [f"trial {number} config written to {path}" for number, path in written]
+    show(args, [written_json(number, "yaml", path) for number, path in written], "\n".join(lines))
+    return ExitCode.OK
+
+
+def _checked_output(args) -> Path | None:
+    """The YAML file of a one-trial yaml export (else None), once -o is known to be usable. Checked
+    before the study is opened: nothing is read or written for a bad -o."""
     if args.as_format == "yaml" and args.output is None:
         raise UserInputError("-o FILE.yaml (or a folder with --top) is required")
-    # Checked before the study is opened: nothing is read or written for a bad -o.
     output = output_file(args.output) if args.as_format == "yaml" and args.top is None else None
     if args.as_format != "yaml" and args.output is not None and not Path(args.output).parent.is_dir():
         raise UserInputError(f"-o {args.output}: folder {Path(args.output).parent} does not exist; create it first")
     if args.format == "json" and args.output is None:
         raise UserInputError(f"--format json lists the files written: give -o; without it --as {args.as_format} prints its code")
-    study = open_study(args.study, storage_url(args, args.study))
-    if args.as_format != "yaml":
-        return _export_as(args, study)
+    return output
+
+
+def _export_yaml(args, study, output: Path | None) -> list[tuple[int, Path | str]]:
+    """The configs written, as (trial number, path): the top K into a folder, or one trial to `output`."""
+    from hpo.app.best_and_export import export_config, export_top, find_trial
+    from hpo.app.pick import fastest_within
+
     if args.top is not None:
-        written = [(trial.number, path) for trial, path in export_top(study, args.top, Path(args.output))]
-    else:
-        trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
-        export_config(trial, output)
-        written = [(trial.number, args.output)]
-    lines = [f"trial {number} config written to {path}" for number, path in written]
-    show(args, [written_json(number, "yaml", path) for number, path in written], "\n".join(lines))
-    return ExitCode.OK
+        return [(trial.number, path) for trial, path in export_top(study, args.top, Path(args.output))]
+    trial = fastest_within(study, args.within) if args.within is not None else find_trial(study, args.trial)
+    export_config(trial, output)
+    return [(trial.number, args.output)]
 
 
 def _export_as(args, study) -> int:

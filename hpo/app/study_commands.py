@@ -29,29 +29,40 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from hpo.config.space import load_space
-    from hpo.strategy import WorkersFailed, run_study  # torch-free: nothing is imported before the forkserver starts
+    from hpo.strategy import WorkersFailed  # torch-free: nothing is imported before the forkserver starts
 
     space = load_space(args.space)
     name = args.study or space.study.name
-    who = f"study {name!r}"
     try:
-        study = run_study(
-            space,
-            storage=storage_url(args, name),
-            study_name=name,
-            n_trials=args.n_trials,
-            workers=args.workers,
-            timeout=args.timeout,
-            in_process=args.in_process,
-            say=_say,
-        )
+        study = _run_study(args, space, name)
     except NoKnobsRunHere as exc:
-        return _nothing_left(who, exc)
+        return _nothing_left(f"study {name!r}", exc)
     except WorkersFailed:
         return ExitCode.WORKER_FAILED
     if args.workers == 0:  # workers elsewhere (a cluster job) run it
         print(f"study {name!r} is ready: start workers with HPO_STORAGE set and `hpo worker --study {name}`", file=sys.stderr)
         return ExitCode.OK
+    return _show_best(args, study)
+
+
+def _run_study(args, space, name: str):
+    """The study after `hpo run`'s workers ran it (or only created, with --workers 0)."""
+    from hpo.strategy import run_study
+
+    return run_study(
+        space,
+        storage=storage_url(args, name),
+        study_name=name,
+        n_trials=args.n_trials,
+        workers=args.workers,
+        timeout=args.timeout,
+        in_process=args.in_process,
+        say=_say,
+    )
+
+
+def _show_best(args, study) -> int:
+    """The best trials when the run ends; an exit code of its own when no trial trained."""
     from hpo.reporting import best_trials
 
     try:
@@ -64,11 +75,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_worker(args) -> int:
-    import optuna
-    import sqlalchemy.exc
-
     from hpo.app.best_and_export import open_study
-    from hpo.runtime import TrialsCannotStart, run_worker
     from hpo.strategy import ready_to_run
 
     if not args.storage:
@@ -81,6 +88,17 @@ def cmd_worker(args) -> int:
         ready_to_run(study, space, in_child=not args.in_process, url=args.storage)
     except NoKnobsRunHere as exc:
         return _nothing_left(who, exc)
+    return _work_on(args, study)
+
+
+def _work_on(args, study) -> int:
+    """Run the study's trials until its budget is spent; a failure of this worker or of the storage
+    is one line and its exit code."""
+    import optuna
+    import sqlalchemy.exc
+
+    from hpo.runtime import TrialsCannotStart, run_worker
+
     try:
         run_worker(study, args.storage, timeout=args.timeout, isolate=not args.in_process)
     except TrialsCannotStart as exc:  # this worker could not run trials; the study goes on without it
@@ -108,29 +126,42 @@ def _nothing_left(who: str, exc: NoKnobsRunHere) -> int:
 def cmd_probe(args) -> int:
     import dataclasses
 
-    from tqdm import tqdm
-
     from hpo.config.space import load_space
-    from hpo.strategy import combinations, sweep, table
+    from hpo.strategy import table
     from hpo.verdicts import Verdict
-    from hpo.verify.stored import MachineFacts, MemoryVerdicts, StudyVerdicts
     from hpo.workloads.catalog import fetch_checkpoints
 
     space = load_space(args.space)
     fetch_checkpoints(space)
-    store = MemoryVerdicts()
-    if args.study or args.storage:
-        from hpo.study import create_or_resume
-
-        name = args.study or space.study.name
-        store = StudyVerdicts(create_or_resume(space, storage_url(args, name), name))
-    with tqdm(total=len(combinations(space)), desc="probing knob combinations", unit="combo", file=sys.stderr) as bar:
-        rows = sweep(space, store, on_row=lambda row: bar.update(1), machine=MachineFacts(fresh=args.fresh), confirm_facts=True)
+    rows = _sweep_with_progress(space, _verdict_store(args, space), fresh=args.fresh)
     show(args, [knob_row_json(dataclasses.asdict(r)) for r in rows], table(rows))
     if not any(Verdict.parse(r.verdict).ok for r in rows):
         print(f"no knob combination of {args.space} can run here: see the verdicts above", file=sys.stderr)
         return ExitCode.NO_KNOBS_RUN_HERE
     return ExitCode.OK
+
+
+def _verdict_store(args, space):
+    """Where `hpo probe` keeps its verdicts: the study's, with --study or --storage; else in memory."""
+    from hpo.verify.stored import MemoryVerdicts, StudyVerdicts
+
+    if not (args.study or args.storage):
+        return MemoryVerdicts()
+    from hpo.study import create_or_resume
+
+    name = args.study or space.study.name
+    return StudyVerdicts(create_or_resume(space, storage_url(args, name), name))
+
+
+def _sweep_with_progress(space, store, fresh: bool) -> list:
+    """Every knob combination of the space probed, a progress bar on stderr counting them."""
+    from tqdm import tqdm
+
+    from hpo.strategy import combinations, sweep
+    from hpo.verify.stored import MachineFacts
+
+    with tqdm(total=len(combinations(space)), desc="probing knob combinations", unit="combo", file=sys.stderr) as bar:
+        return sweep(space, store, on_row=lambda row: bar.update(1), machine=MachineFacts(fresh=fresh), confirm_facts=True)
 
 
 def cmd_enqueue(args) -> int:

@@ -13,20 +13,12 @@ __all__ = ["enqueue_from_study"]
 def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
     """`hpo enqueue --study B --from-study A`: A's best configurations become B's first trials."""
     from hpo.app.best_and_export import open_study
-    from hpo.config.space import load_space
-    from hpo.storage import open_storage
-    from hpo.study import create_or_resume, open_hpo_study, space_of, warm_start
+    from hpo.study import create_or_resume, warm_start
 
     if args.top < 1:
         raise UserInputError(f"--top must be >= 1, got {args.top}")
     source = open_study(args.from_study, args.from_storage or default_from_url)
-    if args.space is not None:  # B from its file; an existing B must have this space
-        space = load_space(args.space)
-    else:  # B's own space when it exists, else A's
-        try:
-            space = open_hpo_study(open_storage(target_url), args.study)[1]
-        except UserInputError:
-            space = space_of(source)
+    space = _target_space(args, source, target_url)
     target = create_or_resume(space, target_url, args.study)
     rows, lines = [], []
     for started in warm_start(source, target, space, args.top):
@@ -40,3 +32,17 @@ def enqueue_from_study(args, default_from_url: str, target_url: str) -> int:
         )
     show(args, rows, "\n".join(lines))
     return ExitCode.OK
+
+
+def _target_space(args, source, target_url: str):
+    """B's space: from --space (an existing B must have it), else B's own when B exists, else A's."""
+    from hpo.config.space import load_space
+    from hpo.storage import open_storage
+    from hpo.study import open_hpo_study, space_of
+
+    if args.space is not None:
+        return load_space(args.space)
+    try:
+        return open_hpo_study(open_storage(target_url), args.study)[1]
+    except UserInputError:
+        return space_of(source)

@@ -55,20 +55,30 @@ def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], Callable[[str], str]]:
         _move(training, key, workload)
     _move(training, "compile_backend", systems)
     _move(raw, "device", systems)
+    study = _study_section(raw, verification)
+    _check_fixed(training, systems)
+    version = {"hpo_version": raw["hpo_version"]} if "hpo_version" in raw else {}
+    upgraded = {"format": 2, **version, "study": study, "workload": workload, "params": training, "systems": systems}
+    return upgraded, _format1_path
+
+
+def _study_section(raw: dict[str, Any], verification: dict[str, Any]) -> dict[str, Any]:
+    """Format 2's `study`: format 1's top-level seed, objectives and directions, and its `verification`."""
     study = {key: raw[key] for key in ("seed", "objectives", "directions") if key in raw}
     unknown = sorted(set(verification) - {"skip_slow", "slow_ratio"})
     if unknown:
         raise UserInputError(f"verification.{unknown[0]}: unknown key (remove it or check its spelling)")
-    study.update(verification)
+    return {**study, **verification}
+
+
+def _check_fixed(training: dict[str, Any], systems: dict[str, Any]) -> None:
+    """Format 1 fixed every value: a mapping or a list there is an error, not a searched value."""
     for path, value in {
         **{f"training.{k}": v for k, v in training.items()},
         **{f"systems.{k}": v for k, v in systems.items()},
     }.items():
         if isinstance(value, (dict, list)):
             raise UserInputError(f"{path}: a format-1 config holds one fixed value per key, got {value!r}")
-    version = {"hpo_version": raw["hpo_version"]} if "hpo_version" in raw else {}
-    upgraded = {"format": 2, **version, "study": study, "workload": workload, "params": training, "systems": systems}
-    return upgraded, _format1_path
 
 
 def _mapping(raw: dict[str, Any], key: str) -> dict[str, Any]:

@@ -23,15 +23,27 @@ def attach_lr_scaling(params: dict[str, ParamSpec], path: str) -> dict[str, Para
     if "lr_scaling" not in params:
         return _check_base_batch(params, path)
     params = dict(params)
-    spec = params.pop("lr_scaling")
     where = f"{path}.lr_scaling"
+    value = _fixed_scaling(params.pop("lr_scaling"), where)
+    if value == "none":
+        return _check_base_batch(params, path)
+    auto = params.get("batch_size")
+    _check_scalable(auto, value, where)
+    params["batch_size"] = dataclasses.replace(auto, lr_scaling=value)
+    return params
+
+
+def _fixed_scaling(spec: ParamSpec, where: str) -> str:
+    """The scaling `spec` fixes: one of SCALINGS, never searched."""
     value = spec.value if isinstance(spec, Fixed) else None
     if value not in SCALINGS:
         shown = spec.value if isinstance(spec, Fixed) else "a searched value"
         raise UserInputError(f"{where}: one of none, linear, sqrt (fixed, not searched), got {shown!r}")
-    auto = params.get("batch_size")
-    if value == "none":
-        return _check_base_batch(params, path)
+    return value
+
+
+def _check_scalable(auto: ParamSpec | None, value: str, where: str) -> None:
+    """A scaling needs `batch_size: auto` to choose the batch, and the base batch `lr` is the rate for."""
     if not isinstance(auto, AutoBatch):
         raise UserInputError(
             f"{where}: {value} scales lr to the batch that batch_size: auto chooses, got batch_size "
@@ -42,8 +54,6 @@ def attach_lr_scaling(params: dict[str, ParamSpec], path: str) -> dict[str, Para
             f"{where}: {value} needs the batch params.lr is the rate for, got none; "
             f"set batch_size: {{auto: {{base_batch: N}}}} (e.g. the batch lr was tuned at)"
         )
-    params["batch_size"] = dataclasses.replace(auto, lr_scaling=value)
-    return params
 
 
 def _check_base_batch(params: dict[str, ParamSpec], path: str) -> dict[str, ParamSpec]:

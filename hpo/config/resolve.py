@@ -36,23 +36,11 @@ def build_config(
     """The config of one trial: `values` holds a value for every param of the space; `loader` and
     `parallel` (None: each setting's first value in the space) the input pipeline and the ranks."""
     spec = space.spec
-    auto = values.get("batch_size") if isinstance(values.get("batch_size"), AutoBatch) else None
-    if auto is not None:
-        values = {**values, "batch_size": auto.multiple_of}
-    training = TrainingConfig(
-        max_steps=spec.workload.max_steps,
-        eval_every=spec.workload.eval_every,
-        check_every=spec.workload.check_every,
-        budget_s=spec.workload.budget_s,
-        eval_every_s=spec.workload.eval_every_s,
-        target=_target(spec),
-        compile_backend=spec.systems.compile_backend,
-        **{k: v for k, v in values.items() if k in TRAINING_KEYS},
-    )
+    auto, values = _auto_batch(values)
     return TrialConfig(
         workload=spec.workload.name,
         workload_options={**space.workload_options(), **{k: v for k, v in values.items() if k not in TRAINING_KEYS}},
-        training=training,
+        training=_training(spec, values),
         knobs=knobs,
         loader=loader if loader is not None else first_loader(space),
         seed=spec.study.seed,
@@ -64,6 +52,27 @@ def build_config(
         memory_limit_gb=spec.study.memory_limit_gb,
         batch_auto=auto,
         parallel=parallel if parallel is not None else first_parallel(space),
+    )
+
+
+def _auto_batch(values: dict[str, Any]) -> tuple[AutoBatch | None, dict[str, Any]]:
+    """`batch_size: auto` apart, if given, and the values with its `multiple_of` as the batch until
+    the trial chooses one."""
+    auto = values.get("batch_size") if isinstance(values.get("batch_size"), AutoBatch) else None
+    return auto, values if auto is None else {**values, "batch_size": auto.multiple_of}
+
+
+def _training(spec, values: dict[str, Any]) -> TrainingConfig:
+    """The training loop's settings: the workload's steps and budget, and the training params' values."""
+    return TrainingConfig(
+        max_steps=spec.workload.max_steps,
+        eval_every=spec.workload.eval_every,
+        check_every=spec.workload.check_every,
+        budget_s=spec.workload.budget_s,
+        eval_every_s=spec.workload.eval_every_s,
+        target=_target(spec),
+        compile_backend=spec.systems.compile_backend,
+        **{k: v for k, v in values.items() if k in TRAINING_KEYS},
     )
 
 

@@ -83,13 +83,7 @@ def load_space(path: str | Path) -> SearchSpace:
 
 def parse_space(raw: dict, source: str) -> SearchSpace:
     """Validate an already-read space (from a file, or stored in a study for its workers)."""
-    try:
-        raw, where = _current_format(raw)
-        spec = SpaceFile.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        raise UserInputError(f"{source}: {first_error(exc, where)}") from None
-    except UserInputError as exc:
-        raise UserInputError(f"{source}: {exc}") from None
+    raw, where, spec = _validated_file(raw, source)
     try:
         params = {name: _parse_param(name, value, where) for name, value in spec.params.items()}
         params = attach_lr_scaling(params, where("params"))
@@ -106,6 +100,18 @@ def parse_space(raw: dict, source: str) -> SearchSpace:
         loader=spec.systems.loader_choices(),
         parallel=spec.systems.parallel.choices() if spec.systems.parallel is not None else {},
     )
+
+
+def _validated_file(raw: dict, source: str) -> tuple[dict, Callable[[str], str], SpaceFile]:
+    """The dict in today's format, how to spell a key path in the user's file, and the schema's
+    reading of it; an error names `source` and the key path as the user wrote it."""
+    try:
+        raw, where = _current_format(raw)
+        return raw, where, SpaceFile.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise UserInputError(f"{source}: {first_error(exc, where)}") from None
+    except UserInputError as exc:
+        raise UserInputError(f"{source}: {exc}") from None
 
 
 def _current_format(raw: dict) -> tuple[dict, Callable[[str], str]]:

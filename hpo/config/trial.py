@@ -150,14 +150,6 @@ class TrialConfig:
     def to_dict(self) -> dict[str, Any]:
         """A search-space file with every value fixed: `hpo validate`, `run` and `train` read it."""
         training = self.training
-        systems: dict[str, Any] = self.knobs.as_dict()
-        if training.compile_backend != _DEFAULT_COMPILE_BACKEND:
-            systems["compile_backend"] = training.compile_backend
-        if self.device != _DEFAULT_DEVICE:
-            systems["device"] = self.device
-        systems.update(self.loader.changed())
-        if self.parallel is not None:
-            systems["parallel"] = self.parallel.as_dict()
         study = {"objectives": list(self.objectives), "directions": list(self.directions), "seed": self.seed}
         return {
             "format": CONFIG_FORMAT,
@@ -171,8 +163,20 @@ class TrialConfig:
                 **self.workload_options,
             },
             "params": {**training.params(), **self._auto_params()},
-            "systems": systems,
+            "systems": self._systems(),
         }
+
+    def _systems(self) -> dict[str, Any]:
+        """The file's `systems`: the knobs, and each other setting that differs from its default."""
+        systems: dict[str, Any] = self.knobs.as_dict()
+        if self.training.compile_backend != _DEFAULT_COMPILE_BACKEND:
+            systems["compile_backend"] = self.training.compile_backend
+        if self.device != _DEFAULT_DEVICE:
+            systems["device"] = self.device
+        systems.update(self.loader.changed())
+        if self.parallel is not None:
+            systems["parallel"] = self.parallel.as_dict()
+        return systems
 
     def _auto_params(self) -> dict[str, Any]:
         if self.batch_auto is None:

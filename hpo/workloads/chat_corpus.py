@@ -56,6 +56,17 @@ def tokenizer():
 @functools.cache
 def load_corpus() -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
     """(topics, (text, topic index) pairs): unique utterances, those found under two topics dropped."""
+    seen = _topics_of_each_text()
+    unique = {text: next(iter(found)) for text, found in seen.items() if len(found) == 1}
+    counts = collections.Counter(unique.values())
+    topics = tuple(sorted(t for t, n in counts.items() if n >= MIN_TOPIC_TEXTS))
+    index = {t: i for i, t in enumerate(topics)}
+    pairs = tuple((text, index[topic]) for text, topic in sorted(unique.items()) if topic in index)
+    return topics, pairs
+
+
+def _topics_of_each_text() -> dict[str, set[str]]:
+    """Every utterance of the corpus, lowercased with its spaces normalized, and the topics it is found under."""
     import yaml
 
     # libyaml's safe loader when PyYAML was built with it: an order of magnitude faster on the corpus,
@@ -71,12 +82,7 @@ def load_corpus() -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
                 # tokenizer is uncased, and a duplicate could land on both sides of the split.
                 if isinstance(text, str) and text.strip():
                     seen[" ".join(text.lower().split())].add(topic)
-    unique = {text: next(iter(found)) for text, found in seen.items() if len(found) == 1}
-    counts = collections.Counter(unique.values())
-    topics = tuple(sorted(t for t, n in counts.items() if n >= MIN_TOPIC_TEXTS))
-    index = {t: i for i, t in enumerate(topics)}
-    pairs = tuple((text, index[topic]) for text, topic in sorted(unique.items()) if topic in index)
-    return topics, pairs
+    return seen
 
 
 @functools.cache
@@ -97,13 +103,7 @@ def load_data(max_length: int, n_train: int | None, n_eval: int | None) -> TextD
     encoded = _encoded(max_length)
     labels = torch.tensor([label for _, label in pairs])
     g = torch.Generator().manual_seed(SPLIT_SEED)
-    train_idx, eval_idx = [], []
-    for label in range(len(topics)):
-        members = (labels == label).nonzero().flatten()
-        members = members[torch.randperm(len(members), generator=g)]
-        n_val = max(1, round(EVAL_FRACTION * len(members)))
-        eval_idx.append(members[:n_val])
-        train_idx.append(members[n_val:])
+    train_idx, eval_idx = _stratified_split(labels, len(topics), g)
 
     def take(parts: list[torch.Tensor], cap: int | None) -> tuple[Batch, tuple[str, ...]]:
         idx = torch.cat(parts)
@@ -117,6 +117,19 @@ def load_data(max_length: int, n_train: int | None, n_eval: int | None) -> TextD
     val = {key: value[by_length] for key, value in val.items()}
     eval_texts = tuple(eval_texts[i] for i in by_length.tolist())
     return TextData(topics, train, val, train_texts, eval_texts)
+
+
+def _stratified_split(labels: torch.Tensor, n_topics: int, g: torch.Generator) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each topic's indices shuffled and split: (train parts, validation parts), EVAL_FRACTION of each
+    topic (at least one text) in validation."""
+    train_idx, eval_idx = [], []
+    for label in range(n_topics):
+        members = (labels == label).nonzero().flatten()
+        members = members[torch.randperm(len(members), generator=g)]
+        n_val = max(1, round(EVAL_FRACTION * len(members)))
+        eval_idx.append(members[:n_val])
+        train_idx.append(members[n_val:])
+    return train_idx, eval_idx
 
 
 def evaluation_batches(data: Batch, batch_size: int) -> Iterator[Batch]:

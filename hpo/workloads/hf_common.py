@@ -45,22 +45,11 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overr
 
     cls = getattr(transformers, auto_class)
     if overrides:
-        loaded = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
-        unknown = sorted(k for k in overrides if not hasattr(loaded, k))
-        if unknown:
-            raise UserInputError(f"workload.config_overrides: {unknown} are not attributes of the config in {path!r}")
+        _check_overrides_exist(transformers, path, overrides)
         config = {**config, **overrides}
     with quiet_transformers(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # new heads are drawn from a forked RNG: same seed, same model
-        try:
-            model = cls.from_pretrained(path, local_files_only=True, attn_implementation=impl, **config)
-        except (ValueError, ImportError) as exc:
-            if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
-                raise
-            detail = " ".join(str(exc).split())[:300]
-            raise KnobUnavailable(
-                f"attention={attention}: transformers refused {impl!r}: {detail}", [("attention", attention)]
-            ) from None
+        model = _from_pretrained_with(cls, path, impl, attention, config)
     got = model.config._attn_implementation
     if got != impl:
         raise KnobUnavailable(
@@ -68,6 +57,27 @@ def load_pretrained(auto_class: str, path: str, attention: str, seed: int, overr
         )
     own_weights(model)
     return model
+
+
+def _check_overrides_exist(transformers, path: str, overrides: dict[str, Any]) -> None:
+    """Each override names an attribute of the checkpoint's config: a misspelt one is an error, not ignored."""
+    loaded = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    unknown = sorted(k for k in overrides if not hasattr(loaded, k))
+    if unknown:
+        raise UserInputError(f"workload.config_overrides: {unknown} are not attributes of the config in {path!r}")
+
+
+def _from_pretrained_with(cls, path: str, impl: str, attention: str, config: dict[str, Any]) -> nn.Module:
+    """`cls.from_pretrained` with attention `impl`; transformers refusing it is an `incompatible` verdict."""
+    try:
+        return cls.from_pretrained(path, local_files_only=True, attn_implementation=impl, **config)
+    except (ValueError, ImportError) as exc:
+        if "attn" not in str(exc).lower() and "attention" not in str(exc).lower():
+            raise
+        detail = " ".join(str(exc).split())[:300]
+        raise KnobUnavailable(
+            f"attention={attention}: transformers refused {impl!r}: {detail}", [("attention", attention)]
+        ) from None
 
 
 def checkpoint_layers(model: nn.Module) -> Sequence[nn.Module]:

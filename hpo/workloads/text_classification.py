@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -108,14 +109,8 @@ class TextClassification(Workload):
     def _load(self, impl: str) -> nn.Module:
         from transformers import AutoModelForSequenceClassification, BertConfig
 
-        opts, topics = self.options, self.data.topics
-        config = dict(
-            num_labels=len(topics),
-            id2label=dict(enumerate(topics)),
-            hidden_dropout_prob=opts.dropout,
-            attention_probs_dropout_prob=opts.attention_dropout,
-        )
-        if opts.model == "tiny":
+        config = self._head_config()
+        if self.options.model == "tiny":
             tiny = BertConfig(vocab_size=tokenizer().vocab_size, **TINY_BERT, **config)
             return AutoModelForSequenceClassification.from_config(tiny, attn_implementation=impl)
         model, info = AutoModelForSequenceClassification.from_pretrained(
@@ -127,6 +122,16 @@ class TextClassification(Workload):
             raise RuntimeError(f"MiniLM checkpoint at {model_path()} did not load cleanly: {info}")
         own_weights(model)
         return model
+
+    def _head_config(self) -> dict[str, Any]:
+        """The config values the options set: the topics as labels, and the dropouts."""
+        topics = self.data.topics
+        return dict(
+            num_labels=len(topics),
+            id2label=dict(enumerate(topics)),
+            hidden_dropout_prob=self.options.dropout,
+            attention_probs_dropout_prob=self.options.attention_dropout,
+        )
 
     def checkpoint_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         return list(model.base_model.encoder.layer)

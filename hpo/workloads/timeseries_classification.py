@@ -69,19 +69,10 @@ def prepare(window: int, horizon: int, val_fraction: float) -> Series:
     feats = np.stack([np.diff(np.log(c)), np.log(high / low)[1:], np.log(c / open_)[1:], np.diff(np.log1p(v))], axis=1)
     close, dates, days = c[1:], dates[1:], len(c) - 1
     split = int(days * (1 - val_fraction))
-    ends = np.arange(window - 1, days - horizon)
-    train_ends, val_ends = ends[ends + horizon < split], ends[ends - window + 1 >= split]
-    if len(train_ends) == 0 or len(val_ends) == 0:
-        raise UserInputError(
-            f"workload: window={window}, horizon={horizon}, val_fraction={val_fraction} leave "
-            f"{len(train_ends)} training and {len(val_ends)} validation windows of {days} days; both must be > 0"
-        )
+    train_ends, val_ends = _window_ends(days, split, window, horizon, val_fraction)
     mean, std = feats[:split].mean(axis=0), feats[:split].std(axis=0)
     feats = np.clip((feats - mean) / std, -_CLIP, _CLIP)
-    forward = np.full(days, np.nan)
-    forward[: days - horizon] = np.log(close[horizon:] / close[:-horizon])
-    cuts = np.quantile(forward[train_ends], [1 / 3, 2 / 3])
-    labels = np.where(np.isnan(forward), -1, np.digitize(forward, cuts))
+    labels = _tercile_labels(close, horizon, train_ends)
     return Series(
         dates=dates,
         features=torch.from_numpy(feats).float(),
@@ -90,6 +81,29 @@ def prepare(window: int, horizon: int, val_fraction: float) -> Series:
         val_ends=torch.from_numpy(val_ends),
         split_day=split,
     )
+
+
+def _window_ends(days: int, split: int, window: int, horizon: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """The last day of each training window, and of each validation window: a training window's
+    label lies before the split, a validation window starts after it."""
+    ends = np.arange(window - 1, days - horizon)
+    train_ends, val_ends = ends[ends + horizon < split], ends[ends - window + 1 >= split]
+    if len(train_ends) == 0 or len(val_ends) == 0:
+        raise UserInputError(
+            f"workload: window={window}, horizon={horizon}, val_fraction={val_fraction} leave "
+            f"{len(train_ends)} training and {len(val_ends)} validation windows of {days} days; both must be > 0"
+        )
+    return train_ends, val_ends
+
+
+def _tercile_labels(close: np.ndarray, horizon: int, train_ends: np.ndarray) -> np.ndarray:
+    """Each day's class: the tercile of its forward log return over `horizon` days, cut at the
+    training windows' terciles; -1 where the return runs past the data."""
+    days = len(close)
+    forward = np.full(days, np.nan)
+    forward[: days - horizon] = np.log(close[horizon:] / close[:-horizon])
+    cuts = np.quantile(forward[train_ends], [1 / 3, 2 / 3])
+    return np.where(np.isnan(forward), -1, np.digitize(forward, cuts))
 
 
 class ConvBlock(nn.Module):

@@ -18,41 +18,13 @@ FUNCTION_LINES = 20
 
 # Over MODULE_LINES, each with its lines and why it is not split yet.
 MODULES_OVER = {
-    "hpo/records.py": 386,  # the record schema (issue 47 part 1 reworks it): not split yet
     # Every private torch API hpo uses, in one module on purpose, so that a torch upgrade has one
     # place to mend (tests/contracts/test_private_torch_apis.py scans it).
     "hpo/torch_compat.py": 278,
-    "hpo/app/gpu_check.py": 257,  # the knob matrix on a GPU host: not split yet
 }
 
 # Over FUNCTION_LINES: "path::qualified name" and its lines of code.
 FUNCTIONS_OVER = {
-    "hpo/app/dashboard.py::serve_dashboard": 25,
-    "hpo/app/docgen.py::search_space_page": 23,
-    "hpo/app/doctor.py::format_report": 28,
-    "hpo/app/doctor.py::machine_facts": 24,
-    "hpo/app/export_as/__init__.py::export_as": 22,
-    "hpo/app/export_as/hf.py::hf_arguments": 23,
-    "hpo/app/export_as/lightning_trainer.py::lightning_arguments": 22,
-    "hpo/app/export_as/python_loop.py::python_snippet": 36,
-    "hpo/app/export_as/torchrun.py::_wrap_lines": 22,
-    "hpo/app/export_as/torchrun.py::torchrun_script": 21,
-    "hpo/app/export_as/winner.py::winner_of": 29,
-    "hpo/app/gpu_check.py::check": 23,
-    "hpo/app/knobs_page.py::knobs_page": 32,
-    "hpo/app/parser.py::build_parser": 128,
-    "hpo/app/parser.py::gpu_check_args": 31,
-    "hpo/app/report.py::_history": 23,
-    "hpo/app/result_commands.py::cmd_export": 23,
-    "hpo/app/study_commands.py::cmd_probe": 25,
-    "hpo/app/study_commands.py::cmd_run": 33,
-    "hpo/app/study_commands.py::cmd_worker": 26,
-    "hpo/app/warm.py::enqueue_from_study": 29,
-    "hpo/config/legacy.py::upgrade": 25,
-    "hpo/config/lr_scaling.py::attach_lr_scaling": 24,
-    "hpo/config/resolve.py::build_config": 30,
-    "hpo/config/space.py::parse_space": 23,
-    "hpo/config/trial.py::TrialConfig.to_dict": 24,
     "hpo/engine/_dali_loader.py::dali_batches": 22,
     "hpo/engine/_loader.py::check_settings": 22,
     "hpo/engine/_loader_stream.py::batch_stream": 25,
@@ -60,13 +32,6 @@ FUNCTIONS_OVER = {
     "hpo/trial/_lightning_callback.py::callback_class": 120,
     "hpo/trial/_lightning_callback.py::callback_class.HpoCallback.on_train_batch_end": 21,
     "hpo/trial/_lightning_loop.py::train_lightning": 40,
-    "hpo/workloads/chat_corpus.py::load_corpus": 21,
-    "hpo/workloads/chat_corpus.py::load_data": 24,
-    "hpo/workloads/hf_common.py::load_pretrained": 29,
-    "hpo/workloads/options/hf_text_classification.py::HFTextClassificationOptions.__post_init__": 22,
-    "hpo/workloads/options/typed_fields.py::_convert": 23,
-    "hpo/workloads/text_classification.py::TextClassification._load": 21,
-    "hpo/workloads/timeseries_classification.py::prepare": 26,
 }
 
 

@@ -31,15 +31,25 @@ def export_as(trial: optuna.trial.FrozenTrial, fmt: str, output: Path | None) ->
         raise UserInputError(f"--as must be one of {list(FORMATS)}, but got {fmt!r}")
     w = winner_of(trial)
     if fmt == "python":
-        snippet = python_snippet(w)
-        if output is None:
-            return snippet
-        output.write_text(snippet)
-        return [output, *write_torchrun(trial, output)]
+        return _python_export(trial, w, output)
     if output is None:
         raise UserInputError(f"--as {fmt} needs -o DIR: the folder to write its files to")
     if output.exists() and not output.is_dir():
         raise UserInputError(f"-o {output}: with --as {fmt} the output is a folder, and this is a file")
+    return _write_kwargs_folder(w, fmt, output)
+
+
+def _python_export(trial: optuna.trial.FrozenTrial, w: Winner, output: Path | None) -> list[Path] | str:
+    """The snippet, returned without `output`; else written there, with the torchrun script of a trial of ranks."""
+    snippet = python_snippet(w)
+    if output is None:
+        return snippet
+    output.write_text(snippet)
+    return [output, *write_torchrun(trial, output)]
+
+
+def _write_kwargs_folder(w: Winner, fmt: str, output: Path) -> list[Path]:
+    """The two kwargs files of `fmt` (hf or lightning) and NOTES.txt, in the folder `output`."""
     first, second, notes = hf_arguments(w) if fmt == "hf" else lightning_arguments(w)
     names = ("training_args.json", "model_kwargs.json") if fmt == "hf" else ("trainer_kwargs.json", "optimizer_kwargs.json")
     output.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,15 @@ def hf_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         args.update(part.args)
         model.update(part.model)
         notes += part.notes
-    args.update(
+    args.update(_hyperparameters(w))
+    _current_names(args)
+    notes.append("# weight_decay: the Trainer exempts biases and LayerNorm weights; hpo decayed every parameter")
+    return args, model, notes
+
+
+def _hyperparameters(w: Winner) -> dict[str, Any]:
+    """The trial's hyperparameters and schedule as TrainingArguments kwargs."""
+    return dict(
         learning_rate=w.lr,
         per_device_train_batch_size=w.batch_size,
         weight_decay=w.weight_decay,
@@ -33,9 +41,6 @@ def hf_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         use_cpu=w.on_cpu,
         report_to="none",
     )
-    _current_names(args)
-    notes.append("# weight_decay: the Trainer exempts biases and LayerNorm weights; hpo decayed every parameter")
-    return args, model, notes
 
 
 def _current_names(args: dict[str, Any]) -> None:

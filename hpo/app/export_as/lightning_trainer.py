@@ -13,12 +13,7 @@ __all__ = ["lightning_arguments"]
 
 def lightning_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(lightning.Trainer kwargs, torch.optim.AdamW kwargs, comment lines)."""
-    trainer: dict[str, Any] = {
-        "max_steps": w.max_steps,
-        "gradient_clip_val": w.grad_clip,
-        "accelerator": "cpu" if w.on_cpu else "gpu",
-        "devices": 1,
-    }
+    trainer = _trainer_kwargs(w)
     optimizer: dict[str, Any] = {"lr": w.lr, "weight_decay": w.weight_decay}
     loader: dict[str, Any] = {"batch_size": w.batch_size}
     notes = [f"# hpo trial {w.number}, knobs as observed: {knobs_line(w)}"]
@@ -35,3 +30,13 @@ def lightning_arguments(w: Winner) -> tuple[dict[str, Any], dict[str, Any], list
     if w.warmup_steps:
         notes.append(f"# warmup: a LambdaLR of min(1, (step + 1) / {w.warmup_steps}) in configure_optimizers")
     return trainer, optimizer, notes
+
+
+def _trainer_kwargs(w: Winner) -> dict[str, Any]:
+    """The Trainer kwargs every trial has, before each knob's part."""
+    return {
+        "max_steps": w.max_steps,
+        "gradient_clip_val": w.grad_clip,
+        "accelerator": "cpu" if w.on_cpu else "gpu",
+        "devices": 1,
+    }

@@ -27,8 +27,6 @@ def _parts(w: Winner) -> LoopPart:
 def python_snippet(w: Winner) -> str:
     """A plain PyTorch loop with the trial's knobs: `train(model, batches, loss_fn)`."""
     part = _parts(w)
-    flags = f", {part.optimizer_flags}" if part.optimizer_flags else ""
-    loader = "".join(f", {k}={v!r}" for k, v in part.loader.items())
     lines = [
         f"# hpo trial {w.number}, knobs as observed: {knobs_line(w)}",
         "import contextlib",
@@ -36,6 +34,18 @@ def python_snippet(w: Winner) -> str:
         "from torch.nn.attention import SDPBackend, sdpa_kernel",
         "",
         "",
+        *_setup_lines(w, part),
+        *_loop_lines(w, part),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _setup_lines(w: Winner, part: LoopPart) -> list[str]:
+    """`train`'s signature and what it sets up: seed, the knobs' setup, optimizer, schedule, scaler."""
+    flags = f", {part.optimizer_flags}" if part.optimizer_flags else ""
+    loader = "".join(f", {k}={v!r}" for k, v in part.loader.items())
+    return [
         "def train(model, batches, loss_fn):",
         f'    """{w.max_steps} steps; `batches` yields inputs, `loss_fn(model, batch)` returns the loss."""',
         f"    # batches: torch.utils.data.DataLoader(dataset, batch_size={w.batch_size}{loader})",
@@ -45,6 +55,12 @@ def python_snippet(w: Winner) -> str:
         f"    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / {max(w.warmup_steps, 1)}))",
         f"    scaler = torch.amp.GradScaler({w.device_type!r})" if part.scaler else "    scaler = None",
         f"    forward = {part.forward or 'model'}",
+    ]
+
+
+def _loop_lines(w: Winner, part: LoopPart) -> list[str]:
+    """`train`'s loop: the step under the knobs' contexts, scaled, clipped and scheduled."""
+    return [
         "    model.train()",
         f"    for _, batch in zip(range({w.max_steps}), batches):",
         f"        with {', '.join(part.contexts) or 'contextlib.nullcontext()'}:",
@@ -59,6 +75,4 @@ def python_snippet(w: Winner) -> str:
         "        optimizer.zero_grad(set_to_none=True)",
         "        scheduler.step()",
         "    return model",
-        "",
     ]
-    return "\n".join(lines)

@@ -36,9 +36,8 @@ def torchrun_script(trial: optuna.trial.FrozenTrial, script_name: str) -> str | 
     parallel = config.get("systems", {}).get("parallel")
     if not parallel:
         return None
-    n, on_cpu = parallel["processes"], str(attrs.get(RecordKey.DEVICE, "cpu")).startswith("cpu")
-    backend = parallel.get("backend", "auto")
-    backend = ("gloo" if on_cpu else "nccl") if backend == "auto" else backend
+    n = parallel["processes"]
+    backend = _backend(parallel, on_cpu=str(attrs.get(RecordKey.DEVICE, "cpu")).startswith("cpu"))
     batch = int(config["params"]["batch_size"])
     lines = [
         "#!/bin/sh",
@@ -54,12 +53,23 @@ def torchrun_script(trial: optuna.trial.FrozenTrial, script_name: str) -> str | 
     return "\n".join(lines)
 
 
+def _backend(parallel: dict[str, Any], on_cpu: bool) -> str:
+    """The process group's backend the trial ran: `auto` is gloo on CPU, nccl on CUDA."""
+    backend = parallel.get("backend", "auto")
+    return ("gloo" if on_cpu else "nccl") if backend == "auto" else backend
+
+
 def _wrap_lines(parallel: dict[str, Any], seen: dict[str, Any]) -> list[str]:
     if parallel["strategy"] == "ddp":
         return [
             "#   model = torch.nn.parallel.DistributedDataParallel(model, "
             f"bucket_cap_mb={parallel['bucket_cap_mb']:g}, gradient_as_bucket_view={parallel['gradient_as_bucket_view']})",
         ]
+    return _fsdp_lines(parallel, seen)
+
+
+def _fsdp_lines(parallel: dict[str, Any], seen: dict[str, Any]) -> list[str]:
+    """How each rank shards its model, with the mixed-precision policy the wire's dtypes showed."""
     params, reduced = _one_dtype(seen.get("param_dtypes_seen")), _one_dtype(seen.get("reduce_dtypes_seen"))
     reshard = f"reshard_after_forward={parallel['reshard_after_forward']}"
     if params is None or reduced is None:  # never a policy the wire did not show

@@ -60,16 +60,7 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
     params, systems = config.get("params", {}), config.get("systems", {})
     seen = Seen(observed, attrs.get(RecordKey.LOADER_OBSERVED), systems)
     knobs = {name: knob.ran(seen) for name, knob in KNOBS.items()}
-    missing = [name for name in TRIAL_KNOBS if knobs[name] is None and TRIAL_KNOBS[name].evidence_required]
-    if not config or missing:
-        raise UserInputError(
-            f"trial {trial.number}: no evidence for {missing or 'its config'} (knobs_observed: {observed or None}); "
-            f"hpo exports only what a trial was seen to run: pick a trial that trained (--trial N)"
-        )
-    for name, value in knobs.items():
-        why = None if value is None else KNOBS[name].refused_export(value)
-        if why:
-            raise UserInputError(f"trial {trial.number}: {why}")
+    _refuse_unexportable(trial.number, knobs, observed, config)
     return Winner(
         number=trial.number,
         knobs=knobs,
@@ -84,6 +75,21 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
         device=str(attrs.get(RecordKey.DEVICE, "cpu")),
         workload=dict(config.get("workload", {})),
     )
+
+
+def _refuse_unexportable(number: int, knobs: dict[str, Any], observed: dict, config: dict) -> None:
+    """A UserInputError when the trial has no config, no evidence of a knob that needs it, or a knob
+    value its export refuses."""
+    missing = [name for name in TRIAL_KNOBS if knobs[name] is None and TRIAL_KNOBS[name].evidence_required]
+    if not config or missing:
+        raise UserInputError(
+            f"trial {number}: no evidence for {missing or 'its config'} (knobs_observed: {observed or None}); "
+            f"hpo exports only what a trial was seen to run: pick a trial that trained (--trial N)"
+        )
+    for name, value in knobs.items():
+        why = None if value is None else KNOBS[name].refused_export(value)
+        if why:
+            raise UserInputError(f"trial {number}: {why}")
 
 
 def knobs_line(w: Winner) -> str:

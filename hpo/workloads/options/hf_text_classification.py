@@ -47,6 +47,18 @@ class HFTextClassificationOptions(WorkloadOptions):
         if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2:
             raise ValueError(f"max_length: must be an integer >= 2, but got {self.max_length!r}")
         check_model("model_name_or_path", self.model_name_or_path)
+        labels = self._label_sets()
+        only_train, only_val = labels["train_file"] - labels["validation_file"], labels["validation_file"] - labels["train_file"]
+        if only_train or only_val:
+            raise ValueError(
+                f"label_column: the label sets of train_file and validation_file must be the same, but labels "
+                f"{sorted(only_train, key=str)} are only in train_file and {sorted(only_val, key=str)} only in validation_file"
+            )
+        if len(labels["train_file"]) < 2:
+            raise ValueError(f"label_column: at least 2 labels are needed, but got {sorted(labels['train_file'], key=str)}")
+
+    def _label_sets(self) -> dict[str, set]:
+        """Each file's set of labels, once its columns are checked."""
         columns = {"text_column": self.text_column, "text_pair_column": self.text_pair_column, "label_column": self.label_column}
         labels = {}
         for key in ("train_file", "validation_file"):
@@ -57,14 +69,7 @@ class HFTextClassificationOptions(WorkloadOptions):
                 labels[key] = set(sorted_labels(table[self.label_column]))
             except ValueError as exc:
                 raise ValueError(f"label_column: {exc} in {key} {path!r}") from None
-        only_train, only_val = labels["train_file"] - labels["validation_file"], labels["validation_file"] - labels["train_file"]
-        if only_train or only_val:
-            raise ValueError(
-                f"label_column: the label sets of train_file and validation_file must be the same, but labels "
-                f"{sorted(only_train, key=str)} are only in train_file and {sorted(only_val, key=str)} only in validation_file"
-            )
-        if len(labels["train_file"]) < 2:
-            raise ValueError(f"label_column: at least 2 labels are needed, but got {sorted(labels['train_file'], key=str)}")
+        return labels
 
     def labels(self) -> tuple:
         """The label values in the order of the model's class indices."""

@@ -90,25 +90,35 @@ def _convert(annotation: Any, value: Any, path: str) -> Any:
     if annotation is Any or annotation is object or isinstance(annotation, typing.TypeVar):
         return value
     if origin is Literal:
-        if any(value == a and type(value) is type(a) for a in args):
-            return value
-        raise _Mismatch(path, annotation, value)
+        return _convert_literal(annotation, args, value, path)
     if origin is Union or origin is types.UnionType:
         return _convert_union(annotation, args, value, path)
     if origin in _SEQUENCES or annotation in _SEQUENCES:
         return _convert_sequence(annotation, origin or annotation, args, value, path)
     if origin in _MAPPINGS or annotation in _MAPPINGS:
-        if not isinstance(value, dict):
-            raise _Mismatch(path, annotation, value)
-        key_type, value_type = args or (Any, Any)
-        for key in value:
-            _convert(key_type, key, f"{path}.{key}")
-        return {key: _convert(value_type, item, f"{path}.{key}") for key, item in value.items()}
+        return _convert_mapping(annotation, args, value, path)
     if annotation is None or annotation is type(None):
         if value is None:
             return value
         raise _Mismatch(path, annotation, value)
     return _convert_class(annotation, value, path)
+
+
+def _convert_literal(annotation: Any, args: tuple, value: Any, path: str) -> Any:
+    """One of the Literal's values, of its type too: `True` is not `1`."""
+    if any(value == a and type(value) is type(a) for a in args):
+        return value
+    raise _Mismatch(path, annotation, value)
+
+
+def _convert_mapping(annotation: Any, args: tuple, value: Any, path: str) -> dict:
+    """A dict whose keys and values each match the mapping's key and value types."""
+    if not isinstance(value, dict):
+        raise _Mismatch(path, annotation, value)
+    key_type, value_type = args or (Any, Any)
+    for key in value:
+        _convert(key_type, key, f"{path}.{key}")
+    return {key: _convert(value_type, item, f"{path}.{key}") for key, item in value.items()}
 
 
 def _convert_union(annotation: Any, args: tuple, value: Any, path: str) -> Any:

@@ -1,70 +1,17 @@
-"""What every trial records: the one schema of the Optuna user attrs hpo writes on a trial.
-
-The executor, the study's objective, the evidence and the crash handling write these keys; `hpo
-best`, `hpo report`, the dashboard and users' own scripts read them. Every key is declared here, with
-its meaning, and the docs' record reference is generated from these declarations (`python -m
-hpo.app.docgen` writes it; a test keeps it in step). Writers and readers name a key by its `RecordKey` constant
-(a test checks the constants are the schema's fields). `check_trial_attrs` validates one trial's
-attrs, which the tests do for every trial of real studies.
-
-It sits below every layer that writes a record (storage, hardware, evidence, trial, study), so each
-of them can name the keys; of hpo it imports only the knob declarations, whose records it derives.
-"""
+"""The trial record: every user attr hpo writes on a trial, each with its meaning."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import Field
 
-from hpo.knobs.systems import TRIAL_KNOBS
+from hpo.records._parts import KnobsObserved, KnobsRequested, Record, RuntimeSettings
 
-__all__ = ["KnobsObserved", "KnobsRequested", "RecordKey", "RuntimeSettings", "TrialRecord", "check_trial_attrs", "readme_list"]
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+__all__ = ["TrialRecord"]
 
 
-# The knobs as the trial asked for them: one field per knob of a trial's `Knobs` (hpo.knobs.systems).
-KnobsRequested = create_model(
-    "KnobsRequested",
-    __base__=_Record,
-    __doc__="The systems knobs as the trial asked for them.",
-    __module__=__name__,
-    **{name: (k.value_type, ...) for name, k in TRIAL_KNOBS.items()},
-)
-# The knobs as the evidence of a real training step showed they ran: the fields each knob observes.
-KnobsObserved = create_model(
-    "KnobsObserved",
-    __base__=_Record,
-    __doc__="The knobs as the evidence of a real training step showed they ran.",
-    __module__=__name__,
-    **{field: spec for k in TRIAL_KNOBS.values() for field, spec in k.observed_fields.items()},
-)
-
-
-def observed_lists(observed: dict) -> tuple[list[str], list[str]]:
-    """The precisions and attention kernels a `knobs_observed` record shows; from its strings only
-    for a record written before the lists were."""
-    precisions, attentions = observed.get("precisions"), observed.get("attentions")
-    if precisions is None:
-        text = observed.get("precision")
-        precisions = [] if text is None else text.removeprefix("mixed(").removesuffix(")").split("+")
-    if attentions is None:
-        attentions = [] if observed.get("attention") is None else str(observed["attention"]).split("+")
-    return list(precisions), list(attentions)
-
-
-class RuntimeSettings(_Record):
-    """Global settings a trial ran under (`hpo.hardware.trial_runtime`)."""
-
-    tf32: bool  # whether TF32 tensor cores ran fp32 matmuls
-    cpu_allocator: str  # what the C allocator was set to (`hpo.hardware._allocator`)
-
-
-class TrialRecord(_Record):
+class TrialRecord(Record):
     """Every user attr of a trial. Only `verdict` is certain to be present: a trial that crashed
     or was rejected before training records what it got to."""
 
@@ -295,92 +242,3 @@ class TrialRecord(_Record):
     lr_chosen: float | None = Field(
         None, description="with `params.batch_size: auto`: the learning rate the trial trained at, after `params.lr_scaling`"
     )
-
-
-class RecordKey:
-    """The name of each `TrialRecord` field, for the code that writes it."""
-
-    VERDICT = "verdict"
-    CONFIG = "config"
-    KNOBS_REQUESTED = "knobs_requested"
-    KNOBS_OBSERVED = "knobs_observed"
-    LOADER_REQUESTED = "loader_requested"
-    LOADER_OBSERVED = "loader_observed"
-    DATA_WAIT_SHARE = "data_wait_share"
-    PARALLEL = "parallel"
-    COLLECTIVE_SHARE = "collective_share"
-    PARALLEL_OBSERVED = "parallel_observed"
-    VERDICT_IMPLICATES = "verdict_implicates"
-    VERDICT_KEY = "verdict_key"
-    TRAINER = "trainer"
-    LIGHTNING_PRECISION = "lightning_precision"
-    WORKER = "worker"
-    DEVICE = "device"
-    TORCH_VERSION = "torch_version"
-    HPO_VERSION = "hpo_version"
-    RUNTIME = "runtime"
-    PROBE_S = "probe_s"
-    PROBE_CACHED = "probe_cached"
-    VERDICT_FROM_CACHE = "verdict_from_cache"
-    PROBE_BLAME = "probe_blame"
-    ERROR_TRACEBACK = "error_traceback"
-    PROBE_REFERENCE_REUSED = "probe_reference_reused"
-    SLOWDOWN = "slowdown"
-    SLOWDOWN_TIMED_APART_S = "slowdown_timed_apart_s"
-    SLOWDOWN_TIMED_AGAIN = "slowdown_timed_again"
-    SLOW_NOT_CONFIRMED = "slow_not_confirmed"
-    SLOW_NOT_JUDGED = "slow_not_judged"
-    PROBE_LOSS_REL_ERR = "probe_loss_rel_err"
-    PROBE_GRAD_REL_ERR = "probe_grad_rel_err"
-    PROBE_LOSS_FLOOR = "probe_loss_floor"
-    PROBE_GRAD_FLOOR = "probe_grad_floor"
-    PROBE_LOSS_BOUND = "probe_loss_bound"
-    PROBE_GRAD_BOUND = "probe_grad_bound"
-    PROBE_NUMERICS_NOT_JUDGED = "probe_numerics_not_judged"
-    TRAIN_SAMPLES_PER_S = "train_samples_per_s"
-    STEADY_SAMPLES_PER_S = "steady_samples_per_s"
-    STEP_TIME_MS = "step_time_ms"
-    PEAK_MEM_MB = "peak_mem_mb"
-    N_PARAMS = "n_params"
-    METRICS = "metrics"
-    STEPS_RUN = "steps_run"
-    TRAIN_S = "train_s"
-    TIME_TO_TARGET_S = "time_to_target_s"
-    TARGET_REACHED = "target_reached"
-    MODEL_FLOPS_PER_SAMPLE = "model_flops_per_sample"
-    ACHIEVED_TFLOPS = "achieved_tflops"
-    MFU = "mfu"
-    PEAK_TFLOPS = "peak_tflops"
-    PEAK_SOURCE = "peak_source"
-    TRIAL_S = "trial_s"
-    PHASES_S = "phases_s"
-    KNOBS_CHOSEN_BY = "knobs_chosen_by"
-    KNOBS_SWEEP_RANK = "knobs_sweep_rank"
-    WARM_START_FROM = "warm_start_from"
-    RETRY_OF = "retry_of"
-    PREVIOUS_VERDICT = "previous_verdict"
-    ERROR_SIGNATURE = "error_signature"
-    PREVIOUS_ERROR_SIGNATURE = "previous_error_signature"
-    NOT_RETRIED = "not_retried"
-    MEMORY_LIMIT_MB = "memory_limit_mb"
-    MEMORY_MODEL = "memory_model"
-    PREDICTED_PEAK_MB = "predicted_peak_mb"
-    BATCH_SIZE_CHOSEN = "batch_size_chosen"
-    LR_CHOSEN = "lr_chosen"
-
-
-def check_trial_attrs(attrs: dict[str, Any]) -> TrialRecord:
-    """Validate one trial's user attrs against the schema; raises pydantic.ValidationError."""
-    return TrialRecord.model_validate(attrs)
-
-
-def readme_list() -> str:
-    """The list of trial user attrs, one line per key, generated from the schema."""
-    lines = []
-    for name, field in TrialRecord.model_fields.items():
-        lines.append(f"- `{name}`: {field.description}.")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.stdout.write(readme_list() + "\n")
