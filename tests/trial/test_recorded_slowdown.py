@@ -6,10 +6,11 @@ An implausibly low slowdown is timed again side by side, and a faster reference 
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import toy_config
+from conftest import judged_despite_noise, toy_config
 
 from hpo.config.trial import Knobs
 from hpo.trial import execute
@@ -34,8 +35,12 @@ def _trained(knobs: Knobs) -> tuple[dict, MemoryVerdicts]:
 def test_a_slowdown_far_under_one_is_timed_again_beside_the_reference():
     """foreach AdamW on the toy runs at about the reference's speed: against a stored reference of a
     minute it would read 0.0001. Timed again side by side it reads near 1 (load moves it, a minute
-    does not), and the faster reference step is kept for later trials."""
-    attrs, reference = _trained(Knobs(precision="fp32", attention="eager", optimizer="foreach"))
+    does not), and the faster reference step is kept for later trials. On a busy host the re-timing
+    may itself be too uneven to compare (recorded as not judged, as the next test proves by a fault):
+    asked again then, as every timing test is (`judged_despite_noise`)."""
+    knobs = Knobs(precision="fp32", attention="eager", optimizer="foreach")
+    trained = judged_despite_noise(lambda: SimpleNamespace(**dict(zip(("attrs", "reference"), _trained(knobs)))))
+    attrs, reference = trained.attrs, trained.reference
     again = attrs["slowdown_timed_again"]
     assert again["stored_reference_ms"] == INFLATED_MS and again["slowdown_against_stored"] < 0.01, again
     assert attrs["slowdown"] == pytest.approx(again["step_ms"] / again["reference_ms"])
