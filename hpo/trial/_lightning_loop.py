@@ -40,12 +40,11 @@ from hpo.knobs.recompute import RecomputeCounter
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.knobs.systems import applied_to_process, model_hooks
 from hpo.torch_compat import install_scheduler_tracked_step
-from hpo.trial._lightning_callback import callback_class
 from hpo.trial._lightning_ranks import LightningRanks
 from hpo.trial._trainer import EvalCallback, TrainResult
 from hpo.workloads.lightning import LightningWorkload
 
-__all__ = ["lightning_device", "lightning_precision", "train_lightning"]
+__all__ = ["callback_class", "lightning_device", "lightning_precision", "train_lightning"]
 
 
 def lightning_precision(precision: str, device_type: str) -> str:
@@ -130,6 +129,14 @@ def train_lightning(
             if not callback.history or callback.history[-1][0] != trainer.global_step:
                 trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
     return _result(callback, module, view)
+
+
+def callback_class() -> type:
+    """hpo's Lightning callback class, imported on first use: its module imports Lightning, which
+    `hpo` must import without."""
+    from hpo.trial._lightning_callback import HpoCallback
+
+    return HpoCallback
 
 
 def _assembled(workload: LightningWorkload, config: TrialConfig, device: torch.device) -> SimpleNamespace:
