@@ -70,27 +70,39 @@ def dali_batches(
     """Batches of `dataset` from a DALI pipeline, epoch after epoch, each with the pids that read it.
     `num_workers` 0 reads the samples in this process (DALI's external source, not parallel)."""
     deps.require("nvidia_dali")
-    from nvidia.dali import fn, pipeline_def
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
     keys = sorted(dataset[0])
+    pipeline = _pipeline(SeededSamples(dataset, keys, batch_size, seed), len(keys), batch_size, seed, num_workers, device)
+    iterator = DALIGenericIterator([pipeline], output_map=[*keys, PID], last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+    return _epochs(iterator)
+
+
+def _pipeline(source: SeededSamples, outputs: int, batch_size: int, seed: int, num_workers: int, device: torch.device):
+    """DALI's pipeline reading `source`'s `outputs` tensors and the pid per sample; on a CUDA trial
+    the tensors are copied to the GPU by DALI itself, the pids stay on the CPU."""
+    from nvidia.dali import fn, pipeline_def
+
     gpu = device.type == "cuda"
-    source = SeededSamples(dataset, keys, batch_size, seed)
 
     @pipeline_def(
         batch_size=batch_size,
         num_threads=1,
-        device_id=(device.index if device.index is not None else torch.cuda.current_device()) if gpu else None,
+        device_id=_device_id(device) if gpu else None,
         py_num_workers=max(num_workers, 1),
         py_start_method="spawn",  # a trial process must not fork after torch started its threads
         seed=seed,
     )
     def pipeline():
-        outputs = fn.external_source(source=source, num_outputs=len(keys) + 1, batch=False, parallel=num_workers > 0)
-        return (*(o.gpu() if gpu else o for o in outputs[:-1]), outputs[-1])
+        read = fn.external_source(source=source, num_outputs=outputs + 1, batch=False, parallel=num_workers > 0)
+        return (*(o.gpu() if gpu else o for o in read[:-1]), read[-1])
 
-    iterator = DALIGenericIterator([pipeline()], output_map=[*keys, PID], last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
-    return _epochs(iterator)
+    return pipeline()
+
+
+def _device_id(device: torch.device) -> int:
+    """The CUDA ordinal DALI runs on: the device's own, or the current one for a bare `cuda`."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _epochs(iterator) -> Iterator[tuple[Batch, set[int]]]:

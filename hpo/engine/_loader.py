@@ -40,28 +40,31 @@ __all__ = ["CoreSplit", "Indexed", "Tagged", "check_settings", "core_split", "tr
 
 def check_settings(workload: Workload, settings: LoaderSettings, device: torch.device) -> None:
     """Raise KnobUnavailable when `settings` cannot apply to `workload` on `device`."""
-    changed = settings.changed()
     if settings.loader == "dali":
         _check_dali(workload, settings, device)
         return
+    changed = settings.changed()
     if changed and (workload.trainer != "hpo" or not workload.gives_dataset()):
-        how = (
-            "trains with Lightning's own loaders"
-            if workload.trainer != "hpo"
-            else "hands hpo batches (train_batches), not a dataset"
-        )
-        knob, value = next(iter(changed.items()))
-        raise KnobUnavailable(
-            f"{knob}={value}: workload {type(workload).__name__} {how}, so hpo builds no loader to apply it to; "
-            f"leave systems.{knob} out, or give the workload train_dataset(seed)",
-            [(knob, value)],
-        )
+        _refuse_without_loader(workload, *next(iter(changed.items())))
     for knob, value in changed.items():
         if LOADER_KNOBS[knob].needs_workers and settings.num_workers == 0:
             raise KnobUnavailable(
                 f"{knob}={value} needs loader workers, got num_workers=0; search it with num_workers > 0",
                 [(knob, value), ("num_workers", 0)],
             )
+
+
+def _refuse_without_loader(workload: Workload, knob: str, value: object) -> None:
+    """A loader knob set on a workload hpo builds no loader for (Lightning's, or one that hands
+    batches): refused, never ignored."""
+    how = (
+        "trains with Lightning's own loaders" if workload.trainer != "hpo" else "hands hpo batches (train_batches), not a dataset"
+    )
+    raise KnobUnavailable(
+        f"{knob}={value}: workload {type(workload).__name__} {how}, so hpo builds no loader to apply it to; "
+        f"leave systems.{knob} out, or give the workload train_dataset(seed)",
+        [(knob, value)],
+    )
 
 
 def _check_dali(workload: Workload, settings: LoaderSettings, device: torch.device) -> None:

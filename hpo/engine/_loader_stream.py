@@ -173,18 +173,35 @@ def batch_stream(workload: Workload, config: TrialConfig, device: torch.device) 
         yield BatchStream(workload.train_batches(training.batch_size, config.seed), False, [], device, "train_batches")
         return
     describe = ", ".join(f"{k}={v}" for k, v in settings.as_dict().items() if k != "loader" or v != "torch")
-    dali = settings.loader == "dali"
-    reference = []
-    if settings.num_workers > 0 or dali:  # DALI's batches are checked with or without workers
-        count = checked_batches(max(settings.num_workers, 1), training.max_steps)
-        plain = trial_loader(workload, settings, training.batch_size, config.seed, reference=True)
-        reference = _reference(plain, count, by_content=dali)
-    if dali:
+    reference = _checked_reference(workload, config)
+    if settings.loader == "dali":
         source = dali_batches(workload.train_dataset(config.seed), training.batch_size, config.seed, settings.num_workers, device)
         yield BatchStream(source, True, reference, device, describe, max(settings.num_workers, 1))
         return
+    with _loader_stream(workload, config, device, reference, describe) as stream:
+        yield stream
+
+
+def _checked_reference(workload: Workload, config: TrialConfig) -> list:
+    """What the first batches must hold, from a DataLoader without workers: none to check without
+    workers, except DALI's, checked by content with or without workers."""
+    settings, training = config.loader, config.training
+    dali = settings.loader == "dali"
+    if settings.num_workers == 0 and not dali:
+        return []
+    count = checked_batches(max(settings.num_workers, 1), training.max_steps)
+    plain = trial_loader(workload, settings, training.batch_size, config.seed, reference=True)
+    return _reference(plain, count, by_content=dali)
+
+
+@contextlib.contextmanager
+def _loader_stream(
+    workload: Workload, config: TrialConfig, device: torch.device, reference: list, describe: str
+) -> Iterator[BatchStream]:
+    """The batches of the trial's DataLoader, under the CPU core split, its workers ended on exit."""
+    settings = config.loader
     with core_split(settings, device) as split:
-        loader = trial_loader(workload, settings, training.batch_size, config.seed)
+        loader = trial_loader(workload, settings, config.training.batch_size, config.seed)
         try:
             source = epochs(loader)
             stream = BatchStream(source, True, reference, device, describe, settings.num_workers)

@@ -95,27 +95,37 @@ def run_ranks(
     in each rank after each step; both functions must be picklable (module-level)."""
     settings = config.parallel
     try:
-        store = dist.TCPStore(
-            HOST,
-            settings.port or 0,
-            None,
-            True,
-            timeout=datetime.timedelta(seconds=settings.collective_timeout_s),
-            wait_for_workers=False,
-        )
+        store = _open_store(settings)
     except dist.DistNetworkError as exc:
-        return RanksOutcome(
-            Verdict.make(
-                Kind.ERROR,
-                f"systems.parallel.port: cannot listen on {HOST}:{settings.port} "
-                f"({_reason(exc)}); free it, or leave port unset so the OS picks a free one",
-            )
-        )
+        return _port_refused(settings, exc)
     try:
         payloads = own_configs or [config.to_dict()] * settings.processes
         return _run(store, settings, payloads, (train, after_step), deadline_s)
     finally:
         del store  # the server's socket closes with its last reference: no port stays bound
+
+
+def _open_store(settings: ParallelSettings) -> dist.TCPStore:
+    """The rendezvous server the ranks join, on `settings.port` or one the OS picks."""
+    return dist.TCPStore(
+        HOST,
+        settings.port or 0,
+        None,
+        True,
+        timeout=datetime.timedelta(seconds=settings.collective_timeout_s),
+        wait_for_workers=False,
+    )
+
+
+def _port_refused(settings: ParallelSettings, exc: dist.DistNetworkError) -> RanksOutcome:
+    """The trial's error when the rendezvous cannot listen on its port: no rank was started."""
+    return RanksOutcome(
+        Verdict.make(
+            Kind.ERROR,
+            f"systems.parallel.port: cannot listen on {HOST}:{settings.port} "
+            f"({_reason(exc)}); free it, or leave port unset so the OS picks a free one",
+        )
+    )
 
 
 def _run(

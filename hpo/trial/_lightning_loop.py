@@ -40,12 +40,11 @@ from hpo.knobs.recompute import RecomputeCounter
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.knobs.systems import applied_to_process, model_hooks
 from hpo.torch_compat import install_scheduler_tracked_step
-from hpo.trial._lightning_callback import callback_class
 from hpo.trial._lightning_ranks import LightningRanks
 from hpo.trial._trainer import EvalCallback, TrainResult
 from hpo.workloads.lightning import LightningWorkload
 
-__all__ = ["lightning_device", "lightning_precision", "train_lightning"]
+__all__ = ["callback_class", "lightning_device", "lightning_precision", "train_lightning"]
 
 
 def lightning_precision(precision: str, device_type: str) -> str:
@@ -104,15 +103,9 @@ def train_lightning(
     """Fit the trial's module with Lightning's Trainer on `device`; with `ranks`, as one rank of the
     group hpo's launcher started and joined (`hpo.trial._lightning_ranks`), under Lightning's DDP."""
     knobs, training = config.knobs, config.training
-    if PRECISION_SPECS[knobs.precision].lightning == "16-mixed" and device.type == "cpu":
-        # Lightning's accelerator connector swaps 16-mixed for bf16-mixed on CPU with a warning.
-        raise KnobUnavailable(
-            f"precision={knobs.precision}: Lightning's Trainer runs no {knobs.precision} mixed precision on CPU "
-            "(it would substitute bf16-mixed); use bf16, or hpo's own loop for fp16",
-            [("precision", knobs.precision)],
-        )
+    _refuse_fp16_on_cpu(knobs.precision, device)
     view = _assembled(workload, config, device)
-    module, fitted = view.model, view.forward_model
+    module = view.model
     original = module.configure_optimizers
     module.configure_optimizers = lambda: _rebuild_optimizers(original(), knobs.optimizer)
     callback = callback_class()(view, config, workload, on_eval)
@@ -121,15 +114,41 @@ def train_lightning(
     callbacks = [callback] if ranks is None else [callback, ranks.callback(workload, config)]
     if ranks is not None:
         train_loader = ranks.rows_of_rank(train_loader, training.batch_size)
+    _fit(config, view, placement, callbacks, (train_loader, val_loader))
+    return _result(callback, module, view)
+
+
+def callback_class() -> type:
+    """hpo's Lightning callback class, imported on first use: its module imports Lightning, which
+    `hpo` must import without."""
+    from hpo.trial._lightning_callback import HpoCallback
+
+    return HpoCallback
+
+
+def _refuse_fp16_on_cpu(precision: str, device: torch.device) -> None:
+    """Lightning's accelerator connector swaps 16-mixed for bf16-mixed on CPU with a warning: refused
+    instead, so that no trial is labelled with a precision it did not run."""
+    if PRECISION_SPECS[precision].lightning == "16-mixed" and device.type == "cpu":
+        raise KnobUnavailable(
+            f"precision={precision}: Lightning's Trainer runs no {precision} mixed precision on CPU "
+            "(it would substitute bf16-mixed); use bf16, or hpo's own loop for fp16",
+            [("precision", precision)],
+        )
+
+
+def _fit(config: TrialConfig, view: SimpleNamespace, placement: dict, callbacks: list, loaders: tuple) -> None:
+    """Lightning's fit of the assembled module (`callbacks[0]` is hpo's), then a validation at the
+    last step if the fit's last one was earlier, in a temporary root folder."""
+    callback, (train_loader, val_loader), fitted = callbacks[0], loaders, view.forward_model
     with tempfile.TemporaryDirectory(prefix="hpo-lightning-") as root, _quiet_lightning():
         trainer = _trainer(config, placement, callbacks, root, view.precision.lightning)
         # Every knob's around-step setting, as in hpo's loop, for the whole fit, its steps and validations
         # alike: the pinned SDPA kernel (SDPA raises rather than quietly dispatching another), the process knobs.
-        with applied_to_process(view.values, device.type), callback.capture_closed():
+        with applied_to_process(view.values, view.device.type), callback.capture_closed():
             trainer.fit(fitted, train_loader, val_loader)
             if not callback.history or callback.history[-1][0] != trainer.global_step:
                 trainer.validate(fitted, val_loader, verbose=False)  # the final metrics, at the last step
-    return _result(callback, module, view)
 
 
 def _assembled(workload: LightningWorkload, config: TrialConfig, device: torch.device) -> SimpleNamespace:

@@ -24,15 +24,7 @@ MODULES_OVER = {
 }
 
 # Over FUNCTION_LINES: "path::qualified name" and its lines of code.
-FUNCTIONS_OVER = {
-    "hpo/engine/_dali_loader.py::dali_batches": 22,
-    "hpo/engine/_loader.py::check_settings": 22,
-    "hpo/engine/_loader_stream.py::batch_stream": 25,
-    "hpo/parallel/launch.py::run_ranks": 23,
-    "hpo/trial/_lightning_callback.py::callback_class": 120,
-    "hpo/trial/_lightning_callback.py::callback_class.HpoCallback.on_train_batch_end": 21,
-    "hpo/trial/_lightning_loop.py::train_lightning": 40,
-}
+FUNCTIONS_OVER = {}
 
 
 def module_lines(path: Path) -> int:
