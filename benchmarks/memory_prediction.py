@@ -3,8 +3,8 @@ built-in workloads among them) (issue 39): `scripts/bench-memory-prediction`.
 
 Each row is one `hpo train` in its own process with a memory limit no model reaches (so every trial
 is predicted, none rejected) at a fixed batch, per variant (fp32 without checkpointing, bf16 with
-it). The peak model is fitted from 1 sample up, doubling to half the batch
-(`hpo.verify.peaks._peak_fit`), and predicts the whole batch, so the error is an extrapolation over 2x, as
+it). The peak model is fitted from 1 sample up, doubling to a quarter of the batch
+(`hpo.verify.peaks._peak_fit`), and predicts the whole batch, so the error is an extrapolation over 4x, as
 in a study. On a CPU the figures are resident sets: the
 process's own memory (torch, the libraries, the data) is in both, and the error over what the step
 adds (`step_error`) says more than the error over the whole peak."""

@@ -169,21 +169,21 @@ def _over(limit_gb: float, batches: list[int]) -> list[int]:
 def test_the_fit_grows_from_one_sample_only_while_it_predicts_the_next_size_fits(gpu):
     # 2.5 GB fits 8 samples (2 GB + 8 x 64 MB). The fit's first steps are at 1 and 2 samples; 4 is
     # predicted at 2.25 GB, within 95% of the limit, and runs; 8 is predicted at 2.5 GB, past 95%,
-    # and does not. A fit at a quarter and half of the batch would step at 16 and 32, over it.
+    # and does not. A fit at an eighth and a quarter of the batch stepped at 8 and 16, over it.
     run = _run_on_fake_cuda(_config(limit_gb=2.5), gpu)
     outcome = budget_memory(run)
     assert str(outcome.verdict) == "oom: predicted 6 GB > limit 2.5 GB at batch 64 (fits up to 8)"
-    # The unmeasured first step, each size measured, then the three largest again (the fit's points).
-    assert gpu.batches == [1, 1, 2, 4, 1, 2, 4]
+    # The unmeasured first step, each size measured, then the two largest again (the fit's points).
+    assert gpu.batches == [1, 1, 2, 4, 2, 4]
     assert _over(2.5, gpu.batches) == []
-    assert outcome.attrs[RecordKey.MEMORY_MODEL]["batches"] == [1, 2, 4]
+    assert outcome.attrs[RecordKey.MEMORY_MODEL]["batches"] == [2, 4]
 
 
-def test_the_fit_stops_at_half_the_batch_when_everything_fits(gpu):
+def test_the_fit_stops_at_a_quarter_of_the_batch_when_everything_fits(gpu):
     run = _run_on_fake_cuda(_config(limit_gb=40.0), gpu)
     assert budget_memory(run) is None
-    assert gpu.batches == [1, 1, 2, 4, 8, 16, 32, 8, 16, 32]  # 64 is past 64 / 2
-    assert run.attrs[RecordKey.MEMORY_MODEL]["batches"] == [8, 16, 32]
+    assert gpu.batches == [1, 1, 2, 4, 8, 16, 8, 16]  # 32 is past 64 / 4
+    assert run.attrs[RecordKey.MEMORY_MODEL]["batches"] == [8, 16]
     assert run.attrs[RecordKey.PREDICTED_PEAK_MB] == pytest.approx(2 * 1024 + 64 * 64)
 
 
@@ -192,13 +192,13 @@ def test_a_cached_fit_grows_when_a_later_trial_needs_a_larger_batch(gpu):
     small = _run_on_fake_cuda(_config(limit_gb=40.0, batch=8), gpu)
     small.verdicts = store
     assert budget_memory(small) is None
-    assert small.attrs[RecordKey.MEMORY_MODEL]["batches"] == [1, 2, 4]  # 8 is past 8 / 2
+    assert small.attrs[RecordKey.MEMORY_MODEL]["batches"] == [1, 2]  # 4 is past 8 / 4
     gpu.batches.clear()
-    large = _run_on_fake_cuda(_config(limit_gb=40.0, batch=64), gpu)
+    large = _run_on_fake_cuda(_config(limit_gb=40.0, batch=128), gpu)
     large.verdicts = store
     assert budget_memory(large) is None
-    assert gpu.batches == [1, 8, 16, 32, 8, 16, 32]  # grown from the cached 1, 2 and 4, after one unmeasured step
-    assert large.attrs[RecordKey.MEMORY_MODEL]["batches"] == [8, 16, 32]
+    assert gpu.batches == [1, 4, 8, 16, 32, 16, 32]  # grown from the cached 1 and 2, after one unmeasured step
+    assert large.attrs[RecordKey.MEMORY_MODEL]["batches"] == [16, 32]
 
 
 def test_an_out_of_memory_while_training_is_recorded_as_oom_naming_knobs_and_batch(gpu, monkeypatch):

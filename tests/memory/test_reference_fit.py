@@ -72,13 +72,7 @@ def test_a_reference_predicted_over_the_limit_is_never_stepped_at_the_trials_bat
         "fits up to 30): nothing to judge this trial's speed against"
     )
     reference_batches = sorted({b for k, b in steps if k == REFERENCE_KNOBS})
-    assert reference_batches == [
-        1,
-        2,
-        4,
-        8,
-        16,
-    ]  # its compared step at 4; its fit towards half of 64 stops at 16 (32: 42 GB predicted), then 4, 8, 16 again
+    assert reference_batches == [1, 2, 4, 8, 16]  # its compared step at 4, its fit up to a quarter of 64 (8 and 16 again)
     assert store.get(reference_key(_config(40.0), CPU)) is None  # no step time made up
 
 

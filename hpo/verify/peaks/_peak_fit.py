@@ -3,10 +3,9 @@ to fit (`docs/memory.md`).
 
 The fit starts at the smallest batch (`multiple_of` samples, 1 for a fixed batch) and twice it,
 then doubles the batch while the fit so far predicts the next size fits within AUTO_HEADROOM of
-the limit, up to half the batch it is for (`FIT_SHARE`). A fit at batches 1 and 2 alone,
+the limit, up to a quarter of the batch it is for (`FIT_SHARE`). A fit at batches 1 and 2 alone,
 stretched to 2048, predicted 77.6 GB where about 23 GB was measured (a d256 x 4 GPT at seq 256 on
-a CPU): the larger the batches fitted, the shorter the stretch, and the less a meter's noise on
-the slope is multiplied. A fit kept in the verdict store
+a CPU): the larger the batches fitted, the shorter the stretch. A fit kept in the verdict store
 is grown the same way when a later trial's batch needs more of it.
 
 Here, below the trial, because the probe needs it too: it fits the fp32/eager reference before
@@ -39,11 +38,9 @@ __all__ = ["AUTO_HEADROOM", "FIT_SHARE", "fit_batches", "fit_ceiling", "fitted_p
 # resident set; fragmentation in CUDA's caching allocator). At the predicted edge, a CPU trial beside
 # other work went over its limit by 0.2%. The fit grows within the same budget.
 AUTO_HEADROOM = 0.05
-# The fit grows up to this share of the batch it predicts: a prediction stretched 2x, for about a
-# batch's samples in all (1 + 2 + 4 + ... up to a half). Stretched 4x, a fit at 2 and 4 samples of a
-# d256 x 4 GPT predicted 689 and 744 MB at 16 in two runs whose fits ran the same code, where 754 and 768 ran:
-# the slope's noise over 2 samples, multiplied by the 12 samples it was stretched over.
-FIT_SHARE = 2
+# The fit grows up to this share of the batch it predicts: a prediction stretched 4x, for about half
+# a batch's samples in all (1 + 2 + 4 + ... up to a quarter).
+FIT_SHARE = 4
 
 
 def memory_key(key: str) -> str:
@@ -59,7 +56,7 @@ def fit_batches(config: TrialConfig) -> tuple[int, int]:
 
 
 def fit_ceiling(config: TrialConfig) -> int:
-    """The largest batch the fit grows to: 1/FIT_SHARE of the batch (of `auto`'s max)."""
+    """The largest batch the fit grows to: FIT_SHARE-th of the batch (of `auto`'s max)."""
     target = config.batch_auto.max if config.batch_auto is not None else config.training.batch_size
     return target // FIT_SHARE
 
@@ -103,8 +100,8 @@ def _grown_points(
     model: AssembledModel, workload: Workload, config: TrialConfig, limit: int | None, points: list[tuple[int, int]]
 ) -> list[tuple[int, int]]:
     """The points to fit: `points` (none: the two starting sizes measured first) and one more per
-    size the fit then predicts fits, after which the three largest are measured again and are the
-    points (`_largest_sizes`). A grown step that runs out of memory, predicted to fit, ends the growth
+    size the fit then predicts fits, after which the two largest are measured again and are the
+    points (`_two_largest`). A grown step that runs out of memory, predicted to fit, ends the growth
     with what was measured: the fit stays on the sizes that ran."""
     with _stepping(model, workload, config, fit_batches(config)[0]) as step:
         stepped = not points
@@ -119,19 +116,19 @@ def _grown_points(
                 break
             stepped = True
         if stepped:
-            points = [(b, step(b)) for b in _largest_sizes(points)]
+            points = [(b, step(b)) for b in _two_largest(points)]
     return points
 
 
-def _largest_sizes(points: list[tuple[int, int]]) -> list[int]:
-    """The three largest batches fitted (two when the fit took no more), measured again: the fit's
-    own slope, a least-squares line over three sizes rather than one pair's difference, which one
-    noisy step tilts. On a CPU every new batch size leaves memory behind (bf16's oneDNN kernels are
-    cached per shape: a bf16 causal_lm with checkpointing read 346, 357, 364, 374, 384, 394 MB at 1
-    to 32 samples and 405 MB at 1 sample again), which a fit over the sizes as first measured read
-    as per-sample memory (+25% at 128 samples). Measured again, they all hold what every size left,
-    as training does after the fit, and differ by their samples alone."""
-    return sorted({b for b, _ in points})[-3:]
+def _two_largest(points: list[tuple[int, int]]) -> tuple[int, int]:
+    """The two largest batches fitted, measured again: the fit's own slope. On a CPU every new batch
+    size leaves memory behind (bf16's oneDNN kernels are cached per shape: a bf16 causal_lm with
+    checkpointing read 346, 357, 364, 374, 384, 394 MB at 1 to 32 samples and 405 MB at 1 sample
+    again), which a fit over every size read as per-sample memory (+25% at 128 samples). Measured
+    again, both hold what every size left, as training does after the fit, and differ by the
+    samples alone."""
+    second, largest = sorted({b for b, _ in points})[-2:]
+    return second, largest
 
 
 def measure_peaks(

@@ -31,7 +31,7 @@ def reference_over_limit(reference: AssembledModel, config: TrialConfig, store: 
     limit = limit_bytes(reference.device, config.memory_limit_gb)
     if limit is None or reference.workload.trainer != "hpo":
         return None
-    # The reference's combination at the probe's batch: fitted from 1 sample up to half of it.
+    # The reference's combination at the probe's batch: fitted from 1 sample up to a quarter of it.
     own = dataclasses.replace(config, knobs=REFERENCE_KNOBS, batch_auto=None)
     # Its own key, not a trial's `memory_key`: it was fitted beside a trial's model, which the probe holds.
     key = verdict_key(own, reference.device)[0] + "-reference-peaks"
