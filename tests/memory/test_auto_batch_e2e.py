@@ -60,7 +60,8 @@ def test_auto_trains_at_the_largest_batch_predicted_to_fit_and_exports_it(tmp_pa
     chosen = attrs[RecordKey.BATCH_SIZE_CHOSEN]
     fitted = attrs[RecordKey.MEMORY_MODEL]
     peaks = PeakModel(fitted["fixed_mb"] * 2**20, fitted["per_sample_mb"] * 2**20, ())
-    assert chosen % AUTO.multiple_of == 0 and AUTO.multiple_of < chosen <= AUTO.max, chosen
+    seen = {"limit_mb": limit / 2**20, "guess": guess, "fitted": fitted, "peak_mb": attrs.get(RecordKey.PEAK_MEM_MB)}
+    assert chosen % AUTO.multiple_of == 0 and AUTO.multiple_of < chosen <= AUTO.max, (chosen, seen)
     # the largest predicted to fit within the headroom left for training's later steps
     assert chosen == peaks.largest_fitting(int(limit * (1 - AUTO_HEADROOM)), AUTO.max, AUTO.multiple_of)
     assert attrs[RecordKey.PEAK_MEM_MB] <= limit / 2**20  # it trained under the limit the meter enforces
