@@ -4,9 +4,10 @@ Before any rank trains, each rank runs the one-process probe (`hpo.verify.probin
 its own device at its own batch: one real step under the trial's knobs, its evidence, and the
 compared step against the fp32/eager/for-loop reference, with the probe's own blame (a known
 refusal, evidence, a differential run). What it does not cover under ranks is said in
-`PROBE_UNDER_RANKS`, recorded with the trial. The ranks then gather every rank's result; when any
-rank's probe failed, or raised, every rank raises the same `AgreedVerdict` naming that rank, so
-no rank trains.
+`PROBE_UNDER_RANKS`, recorded with the trial (a Lightning workload's ranks, which run it before
+Lightning's Trainer starts, say their own: `hpo.trial._lightning_rank_train`). The ranks then gather
+every rank's result; when any rank's probe failed, or raised, every rank raises the same
+`AgreedVerdict` naming that rank, so no rank trains.
 
 In training, the first step of every rank is captured as a one-process trial's evidence step is
 (`hpo.evidence.capture`) and turned into that rank's `knobs_observed`. Gathered, each rank's is
@@ -34,8 +35,8 @@ __all__ = ["PROBE_UNDER_RANKS", "agreed_observation", "probe_on_rank"]
 PROBE_UNDER_RANKS = (
     "each rank ran the one-process probe on its own device at its own batch, before the strategy wrapped its "
     "model: the compared step ran the knobs without DDP or FSDP2 (under FSDP2 the precision as autocast, not "
-    "the MixedPrecisionPolicy the ranks train with); it timed nothing of the trial (slow is not judged under "
-    "ranks) and its verdict is not cached"
+    "the MixedPrecisionPolicy the ranks train with); it timed nothing, the reference's step neither (slow is not "
+    "judged under ranks), and its verdict is not cached"
 )
 
 
@@ -56,7 +57,8 @@ def _own_probe(workload: Workload, config: TrialConfig, world: int, device: torc
     start = time.perf_counter()
     per_rank = dataclasses.replace(config.training, batch_size=config.training.batch_size // world)
     try:
-        probe = run_probe(workload, dataclasses.replace(config, training=per_rank), device, timed=False)
+        # No step timed, the reference's neither: nothing judges speed under ranks (`PROBE_UNDER_RANKS`).
+        probe = run_probe(workload, dataclasses.replace(config, training=per_rank), device, timed=False, time_reference=False)
     except Exception as exc:  # noqa: BLE001 - recorded, and agreed on: every rank ends with it, none trains
         return {
             **describe_error(exc),

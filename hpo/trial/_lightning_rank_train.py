@@ -1,9 +1,12 @@
 """A Lightning workload's trial on one rank: hpo's launcher (`hpo.parallel.run_ranks(train=...)`)
-calls `train_lightning_on_rank` in each rank it started, inside the group it joined; Lightning's
-Trainer fits there under its DDPStrategy (`hpo.trial._lightning_ranks`), with the knobs mapped as in
-a one-process Lightning trial (`hpo.trial._lightning_loop`). The rank's result has the keys hpo's
-own loop returns (`hpo.parallel.rank_loop.train_on_rank`), so the launcher compares the ranks and
-rank 0's side writes the record alike, plus `lightning`: what the Trainer ran."""
+calls `train_lightning_on_rank` in each rank it started, inside the group it joined. Every rank first
+runs the probe hpo's own loop's ranks run (`hpo.parallel.rank_probe`: the one-process probe, as a
+one-process Lightning trial runs it, at the rank's batch, agreed over the group, so a failing rank
+ends every rank before any trains). Lightning's Trainer then fits there under its DDPStrategy
+(`hpo.trial._lightning_ranks`), with the knobs mapped as in a one-process Lightning trial
+(`hpo.trial._lightning_loop`). The rank's result has the keys hpo's own loop returns
+(`hpo.parallel.rank_loop.train_on_rank`), its probe's included, so the launcher compares the ranks
+and rank 0's side writes the record alike, plus `lightning`: what the Trainer ran."""
 
 from __future__ import annotations
 
@@ -17,30 +20,44 @@ from hpo.errors import KnobUnavailable, TrialRejected
 from hpo.hardware import seed_everything
 from hpo.parallel.group import rank_device
 from hpo.parallel.rank_loop import AfterStep, batch_per_rank
+from hpo.parallel.rank_probe import probe_on_rank
 from hpo.parallel.wrap import check_supported
 from hpo.trial._lightning_loop import train_lightning
 from hpo.trial._lightning_ranks import LightningRanks
 from hpo.trial._trainer import TrainResult
 from hpo.workloads.catalog import create_workload
 
-__all__ = ["train_lightning_on_rank"]
+__all__ = ["PROBE_UNDER_LIGHTNING_RANKS", "train_lightning_on_rank"]
+
+# What the probe on a Lightning workload's ranks covers, recorded in `parallel.probe`: the probe of a
+# one-process Lightning trial (the module's `training_step` under hpo's own step), on every rank.
+PROBE_UNDER_LIGHTNING_RANKS = (
+    "each rank ran the one-process probe on its own device at its own batch, before Lightning's Trainer started: "
+    "the compared step ran the module's training_step through hpo's own step (hpo's autocast and GradScaler, hpo's "
+    "AdamW of the knob's implementation), as a one-process Lightning trial's probe does, not through the Trainer's "
+    "precision plugin, the module's configure_optimizers or DDPStrategy; it timed nothing, the reference's step "
+    "neither (slow is not judged under ranks), and its verdict is not cached"
+)
 
 
 def train_lightning_on_rank(config: TrialConfig, rank: int, world: int, after_step: AfterStep | None = None) -> dict:
-    """Fit `config`'s Lightning workload as `rank` of the `world` ranks of the joined group."""
+    """Fit `config`'s Lightning workload as `rank` of the `world` ranks of the joined group, once
+    every rank's probe passed (else every rank raises the agreed verdict naming the failing rank)."""
     _check_joined(world)
     settings = config.parallel
     check_supported(config.knobs, settings)
     per_rank = batch_per_rank(config.training.batch_size, world)
     workload = create_workload(config.workload, config.workload_options)
     workload.bind_training(dataclasses.asdict(config.training))
-    seed_everything(config.seed)  # the same initial weights and global batches on every rank
+    device = rank_device(config.device, rank)
+    probe = probe_on_rank(workload, config, rank, world, device)
+    seed_everything(config.seed)  # after the probe: the same initial weights and global batches on every rank
     ranks = LightningRanks(rank, world, settings, after_step)
     try:
-        result = train_lightning(workload, config, rank_device(config.device, rank), ranks=ranks)
+        result = train_lightning(workload, config, device, ranks=ranks)
     except KnobUnavailable as exc:  # a verdict, as the one-process trial records it
         raise TrialRejected(exc.verdict) from exc
-    return _rank_result(config, result, ranks, per_rank)
+    return {**_rank_result(config, result, ranks, per_rank), "probe": probe}
 
 
 def _check_joined(world: int) -> None:

@@ -1,5 +1,6 @@
 """A trial with `systems.parallel`: its ranks run it (`hpo.parallel`), and this process, rank 0's
-launcher, writes the one record. The probe runs on every rank, not here (`hpo.parallel.rank_probe`):
+launcher, writes the one record. The probe runs on every rank, not here (`hpo.parallel.rank_probe`,
+a Lightning workload's ranks as hpo's loop's):
 its seconds, rank 0's compared step and what it did not cover under ranks are recorded, and a
 failing rank's traceback with the verdict that names it."""
 
@@ -15,7 +16,7 @@ from hpo.parallel import RanksOutcome, run_ranks, train_on_rank
 from hpo.parallel.group import rank_device
 from hpo.parallel.rank_probe import PROBE_UNDER_RANKS
 from hpo.records import RecordKey
-from hpo.trial._lightning_rank_train import train_lightning_on_rank
+from hpo.trial._lightning_rank_train import PROBE_UNDER_LIGHTNING_RANKS, train_lightning_on_rank
 from hpo.trial._memory_limit import oom_part
 from hpo.trial._outcome import TrialOutcome, ended
 from hpo.trial._ranks_speed import ranks_speed_attrs
@@ -44,10 +45,6 @@ def check_ranks_can_run(config: TrialConfig) -> None:
         )
 
 
-# What a Lightning workload's trial of ranks records in place of the probe's parts (PROBE_UNDER_RANKS).
-_NO_PROBE_ON_LIGHTNING = "not run: a Lightning workload's ranks run Lightning's Trainer, which hpo's probe does not step yet"
-
-
 def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = None) -> TrialOutcome:
     """Run the trial as its ranks, adding to `attrs` (what was asked: config, knobs, device); a
     failed rank's verdict (crashed, timeout, mismatch) is the outcome."""
@@ -68,9 +65,7 @@ def _probe_attrs(outcome: RanksOutcome) -> dict:
     rank's traceback, rank 0's observed knobs, the probe's seconds)."""
     if not outcome.ranks:
         return _agreed_attrs(outcome.agreed or {})
-    probe = outcome.ranks[0].get("probe")
-    if probe is None:  # a Lightning workload's ranks: no probe ran (`_NO_PROBE_ON_LIGHTNING`)
-        return {}
+    probe = outcome.ranks[0]["probe"]
     return {
         RecordKey.PROBE_S: max(probe["probe_s_per_rank"]),
         RecordKey.PROBE_CACHED: False,
@@ -119,7 +114,7 @@ def _ranks_attrs(outcome: RanksOutcome, lightning: bool) -> dict:
     """The ranks' record; with their results (recorded also when an effect contradicts the request:
     the evidence of it), rank 0's observed knobs and effects, the largest collective share and, on
     Lightning's Trainer, what it ran: its strategy, world size and precision."""
-    probe = _NO_PROBE_ON_LIGHTNING if lightning else PROBE_UNDER_RANKS
+    probe = PROBE_UNDER_LIGHTNING_RANKS if lightning else PROBE_UNDER_RANKS
     attrs = {RecordKey.PARALLEL: {**outcome.record(), "last_steps": outcome.last_steps, "probe": probe}}
     if not outcome.ranks:
         return attrs

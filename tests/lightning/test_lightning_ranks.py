@@ -1,6 +1,7 @@
 """A Lightning workload's trial as 2 ranks over real gloo on the CPU: Lightning's own Trainer under
 its DDPStrategy on the ranks hpo's launcher started (never processes Lightning starts itself), with
-the knobs mapped as in a one-process Lightning trial; `fsdp` refused when the file is read."""
+the knobs mapped as in a one-process Lightning trial, after the probe on every rank (a fault of
+rank 1's probe alone ends every rank before any trains); `fsdp` refused when the file is read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 
 import pytest
 import torch
+from parallel_rank_probe_faults import PROBE_ERROR, faulty_trial
 from parallel_ranks import kill_rank_mid_run, no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
 from hpo.config.space import parse_space
@@ -15,7 +17,7 @@ from hpo.errors import UserInputError
 from hpo.parallel import run_ranks
 from hpo.trial import execute
 from hpo.trial._lightning_loop import train_lightning
-from hpo.trial._lightning_rank_train import train_lightning_on_rank
+from hpo.trial._lightning_rank_train import PROBE_UNDER_LIGHTNING_RANKS, train_lightning_on_rank
 from hpo.trial._lightning_ranks import RankRows
 from hpo.verify.stored import MemoryVerdicts
 from hpo.workloads.catalog import create_workload
@@ -60,6 +62,11 @@ def test_a_lightning_trial_runs_lightnings_ddp_strategy_on_two_ranks_and_records
     # Every gradient in one fp32 all-reduce of the recorded step: DDP ran, not Lightning alone.
     assert record["wire"]["all_reduce"]["calls"] == 1 and record["reduce_dtypes_seen"] == ["float32"]
     assert attrs["knobs_observed"]["optimizer"] == "forloop"
+    # Every rank probed its half of the batch before the Trainer started; rank 0's compared step is recorded.
+    probe_s = record["probe_s_per_rank"]
+    assert len(probe_s) == 2 and attrs["probe_s"] == max(probe_s) > 0 and attrs["probe_cached"] is False
+    assert attrs["probe_loss_rel_err"] is not None and attrs["probe_loss_rel_err"] <= attrs["probe_loss_bound"]
+    assert record["probe"] == PROBE_UNDER_LIGHTNING_RANKS
     # Each rank trained its half of each global batch: the validation loss one process reaches.
     assert attrs["metrics"]["val_loss"] == pytest.approx(_one_process_metrics(config)["val_loss"], rel=PARITY_RTOL)
 
@@ -75,6 +82,24 @@ def test_bf16_and_the_bucket_cap_are_what_the_lightning_ranks_ran():
     buckets = attrs["parallel_observed"]["bucket_cap_mb"]
     assert buckets["all_reduce_calls"] == attrs["parallel"]["wire"]["all_reduce"]["calls"] > 1
     assert buckets["largest_all_reduce_mb"] <= cap_mb + buckets["largest_gradient_mb"]
+
+
+@pytest.mark.slow
+def test_a_probe_step_that_raises_on_lightning_rank_1_ends_the_trial_before_any_rank_trains(monkeypatch):
+    outcome, attrs = faulty_trial(monkeypatch, "probe_raises", two_rank_config("ddp", workload=TOY))
+    assert str(outcome.verdict) == f"error: rank 1's probe: RuntimeError: {PROBE_ERROR}"
+    assert PROBE_ERROR in attrs["error_traceback"] and "loss_and_grads" in attrs["error_traceback"]
+    assert attrs["parallel"]["last_steps"] == {} and "metrics" not in attrs  # no rank's Trainer stepped
+    assert attrs["probe_s"] > 0 and attrs["parallel"]["probe"] == PROBE_UNDER_LIGHTNING_RANKS
+
+
+@pytest.mark.slow
+def test_precision_dropped_in_lightning_rank_1s_probe_is_incompatible_naming_rank_1(monkeypatch):
+    outcome, attrs = faulty_trial(monkeypatch, "probe_precision_dropped", two_rank_config("ddp", "bf16", workload=TOY))
+    verdict = str(outcome.verdict)
+    assert verdict.startswith("incompatible: rank 1's probe: ran other than asked: precision: asked bf16, ran fp32"), verdict
+    assert outcome.verdict.implicates == (("precision", "bf16"),)  # the probe's evidence proved it
+    assert attrs["parallel"]["last_steps"] == {} and "metrics" not in attrs
 
 
 @pytest.mark.slow

@@ -4,17 +4,18 @@ what a trial of ranks records, and how a fault of rank 1 alone ends every rank b
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-from parallel_rank_probe_faults import PROBE_ERROR, fault_hook, faulting_in_ranks
+import torch
+from parallel_rank_probe_faults import PROBE_ERROR, faulty_trial
 from parallel_ranks import no_rank_left_behind, two_rank_config  # noqa: F401 (autouse)
 
-from hpo.parallel import rank_probe, run_ranks
+from hpo.parallel import rank_probe
 from hpo.parallel.agreement import AgreedVerdict
 from hpo.parallel.faults import RankExits, classify, describe_error
 from hpo.records import check_trial_attrs
 from hpo.trial import _ranks as ranks
+from hpo.verify.probing import _probe as probe_module
+from hpo.workloads.catalog import create_workload
 
 DEADLINE_S = 300
 BF16_SEEN = {
@@ -86,12 +87,20 @@ def test_an_agreed_verdict_is_the_trial_s_whatever_else_the_ranks_recorded():
     assert verdict.implicates == (("precision", "bf16"),)
 
 
-def faulty_trial(monkeypatch, fault: str, precision: str) -> tuple:
-    faulting_in_ranks(monkeypatch, fault)
-    monkeypatch.setattr(ranks, "run_ranks", functools.partial(run_ranks, after_step=fault_hook))
-    attrs: dict = {}
-    outcome = ranks.execute_ranks(two_rank_config("ddp", precision), attrs, deadline_s=DEADLINE_S)
-    return outcome, attrs
+def test_a_rank_s_probe_times_no_step_not_even_the_reference_s(monkeypatch):
+    timed = []
+    real = probe_module.timed_reference
+    monkeypatch.setattr(probe_module, "timed_reference", lambda *args: timed.append(args[-2].training.batch_size) or real(*args))
+    config = two_rank_config()
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    record = rank_probe.probe_on_rank(workload, config, rank=0, world=1, device=torch.device("cpu"))
+    assert record["kind"] == "ok" and record["loss_rel_err"] is not None  # the compared steps ran
+    assert timed == []  # slow is not judged under ranks: nothing to time the reference for
+    probe_module.run_probe(workload, config, torch.device("cpu"), timed=False)  # a one-process trial's probe
+    assert timed == [8]
+    with pytest.raises(ValueError, match="timed needs time_reference"):
+        probe_module.run_probe(workload, config, torch.device("cpu"), time_reference=False)
 
 
 @pytest.mark.slow
@@ -110,7 +119,7 @@ def test_a_trial_of_ranks_records_the_knobs_it_ran_and_its_probe():
 
 @pytest.mark.slow
 def test_precision_dropped_on_rank_1_alone_ends_the_trial_mismatch_naming_rank_1(monkeypatch):
-    outcome, attrs = faulty_trial(monkeypatch, "precision_dropped", "bf16")
+    outcome, attrs = faulty_trial(monkeypatch, "precision_dropped", two_rank_config("ddp", "bf16"), DEADLINE_S)
     assert str(outcome.verdict).startswith("mismatch: rank 1: precision: asked bf16, ran fp32"), str(outcome.verdict)
     assert attrs["knobs_observed"] == BF16_SEEN  # rank 0's evidence, recorded with the verdict
     assert attrs["parallel"]["last_steps"] == {}  # agreed after the evidence step, before either rank reported it
@@ -118,7 +127,7 @@ def test_precision_dropped_on_rank_1_alone_ends_the_trial_mismatch_naming_rank_1
 
 @pytest.mark.slow
 def test_a_probe_step_that_raises_on_rank_1_ends_the_trial_before_any_rank_trains(monkeypatch):
-    outcome, attrs = faulty_trial(monkeypatch, "probe_raises", "fp32")
+    outcome, attrs = faulty_trial(monkeypatch, "probe_raises", two_rank_config("ddp", "fp32"), DEADLINE_S)
     assert str(outcome.verdict) == f"error: rank 1's probe: RuntimeError: {PROBE_ERROR}"
     assert PROBE_ERROR in attrs["error_traceback"] and "loss_and_grads" in attrs["error_traceback"]
     assert attrs["parallel"]["last_steps"] == {}
@@ -127,7 +136,7 @@ def test_a_probe_step_that_raises_on_rank_1_ends_the_trial_before_any_rank_train
 
 @pytest.mark.slow
 def test_a_probe_step_that_fails_on_rank_1_under_bf16_only_is_incompatible_naming_rank_1(monkeypatch):
-    outcome, attrs = faulty_trial(monkeypatch, "probe_raises_under_bf16", "bf16")
+    outcome, attrs = faulty_trial(monkeypatch, "probe_raises_under_bf16", two_rank_config("ddp", "bf16"), DEADLINE_S)
     verdict = str(outcome.verdict)
     assert verdict.startswith(f"incompatible: rank 1's probe: RuntimeError: {PROBE_ERROR}"), verdict
     assert outcome.verdict.implicates == (("precision", "bf16"),)  # the differential run proved it

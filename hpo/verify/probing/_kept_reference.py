@@ -87,7 +87,7 @@ def compared_key(workload: Workload, config: TrialConfig, device: torch.device) 
     """What the reference's compared step depends on: the model (workload and options), the seed,
     the compared batch (a compiled trial's is its training batch), the device and the software; the
     training hyperparameters only when the workload's model reads them. How many samples the
-    compared step takes otherwise follows from the model (`hpo.verify.probing._probe.compared_samples`) and
+    compared step takes otherwise follows from the model (`hpo.verify.probing._samples.compared_samples`) and
     is kept with it."""
     facts = {
         "compared": True,

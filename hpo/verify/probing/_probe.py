@@ -44,24 +44,19 @@ from hpo.engine import AssembledModel, counting_flops
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
 from hpo.hardware import hand_back_freed, resident_bytes, seed_everything
-from hpo.torch_compat import normalizes_over_the_batch
 from hpo.verify.fault import REFERENCE_KNOBS, ran_other_than_reference
 from hpo.verify.probing._compared_step import ComparedSteps, loss_and_grads
 from hpo.verify.probing._kept_reference import ComparedReference, KeptReferences, compared_key
 from hpo.verify.probing._result import ProbeResult, keep_probe
+from hpo.verify.probing._samples import BATCH_STATISTICS_SAMPLES, PROBE_SAMPLES, compared_batch, compared_samples
 from hpo.verify.probing._speed import time_trial, timed_reference
 from hpo.verify.stored import MachineFacts, MemoryVerdicts, VerdictStore, flops_key, reference_key
 from hpo.verify.timing import DEFAULT_POLICY, TimingPolicy, emulated_slow
 from hpo.workloads.base import Batch, Workload
 
-# keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does.
+# keep_probe: re-exported for `hpo probe`, which runs and keeps probes as the executor does; the
+# compared samples (`hpo.verify.probing._samples`) for the tests that read them here.
 __all__ = ["BATCH_STATISTICS_SAMPLES", "PROBE_SAMPLES", "compared_samples", "keep_probe", "run_probe"]
-
-PROBE_SAMPLES = 4
-# BatchNorm's gradient error under bf16 on a ResNet: 0.57 over 4 samples, 0.36 over 16, 0.40 over 32
-# (a GroupNorm or LayerNorm model: under 0.01 at any of them). 16 gives its statistics a fair batch
-# at a quarter of a default batch's cost.
-BATCH_STATISTICS_SAMPLES = 16
 
 
 def run_probe(
@@ -75,11 +70,13 @@ def run_probe(
     policy: TimingPolicy = DEFAULT_POLICY,
     keep_timed: bool = False,
     machine: MachineFacts | None = None,
+    time_reference: bool = True,
 ) -> ProbeResult:
     """Probe the trial's knobs. `store` keeps the reference's step time between probes;
     `keep_model` hands a passing probe's trial model on for training (see ProbeResult.model);
     `timed` also times the trial's steps for its slowdown and `slow` verdict (`hpo probe`, which
-    trains nothing); untimed, only the reference's step time is measured, if no store has it.
+    trains nothing); untimed, only the reference's step time is measured, if no store has it, and
+    with `time_reference` off not even that (a trial of ranks, whose speed nothing judges).
     `references` keeps the reference's compared step for the next probe of the same model.
     `policy` times the trial's steps (probe_first's sweep takes one, `ONE_STEP`); a `slow` verdict is
     only ever given by the steady proof (`hpo.verify.timing._slow_proof`), whatever `policy` is. `keep_timed`
@@ -91,13 +88,12 @@ def run_probe(
     Only the trial's own knobs can earn a verdict. The data fetch and the reference's step run
     outside any verdict: their exceptions propagate (an error, never the knobs' fault), as do out
     of memory (the trial's size) and a failure that does not repeat (`hpo.verify.probing._compared_step.NotReproduced`)."""
-    if keep_model and timed:
-        raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
+    _check_timing(keep_model, timed, time_reference)
     start = time.perf_counter()
     emulated = emulated_slow(config.knobs.precision, device, machine) if config.skip_slow else None
     if emulated is not None:  # proven once for this machine, whatever the model (`hpo.verify.timing._emulated`)
         return ProbeResult(verdict=emulated, blame="machine fact", probe_s=time.perf_counter() - start)
-    probe = _Probe(workload, config, device, store if store is not None else MemoryVerdicts(), references)
+    probe = _Probe(workload, config, device, store if store is not None else MemoryVerdicts(), references, time_reference)
     result = probe.run(timed, keep_timed, policy)
     if keep_model and result.ok and probe.trial is not None:
         result.model = probe.hand_on_trial()
@@ -106,13 +102,25 @@ def run_probe(
     return result
 
 
+def _check_timing(keep_model: bool, timed: bool, time_reference: bool) -> None:
+    if keep_model and timed:
+        raise ValueError("run_probe: keep_model needs timed=False (timed steps update the model it would hand on), got both")
+    if timed and not time_reference:
+        raise ValueError(
+            "run_probe: timed needs time_reference (the trial's steps are judged against it), got time_reference=False"
+        )
+
+
 class _Probe:
     """One probe's models: the reference (built here, or its compared step kept from an earlier probe
     of the model) and the trial's. Its attributes are the only names that hold them, so that
     dropping them frees the models."""
 
-    def __init__(self, workload: Workload, config: TrialConfig, device, store: VerdictStore, references) -> None:
+    def __init__(
+        self, workload: Workload, config: TrialConfig, device, store: VerdictStore, references, time_reference: bool
+    ) -> None:
         self.workload, self.config, self.device, self.store, self.references = workload, config, device, store, references
+        self.time_reference = time_reference
         self.reference_ms = (store.get(reference_key(config, device)) or {}).get("step_ms")
         self.key = compared_key(workload, config, device)
         # A reference still to be timed runs its compared step anyway: it warms the reference up, and
@@ -132,7 +140,7 @@ class _Probe:
             self.trial = self.reference = None  # the differential run builds models of its own: not beside these
             gc.collect()
             result.verdict, result.blame = self.steps.blame(self.config.knobs, failure)
-        else:
+        elif self.time_reference:
             stepped = self._time(result, timed, keep_timed, policy)
         if self.trial is not None:
             result.peak_mem_mb = self.trial.memory.peak_mb
@@ -146,11 +154,11 @@ class _Probe:
         workload, config = self.workload, self.config
         self.batch = next(workload.train_batches(config.training.batch_size, config.seed))
         if self.kept is not None:
-            self.compared = _compared_batch(workload, config, self.batch, self.kept.samples)
+            self.compared = compared_batch(workload, config, self.batch, self.kept.samples)
             return
         seed_everything(config.seed)
         self.reference = AssembledModel(workload, REFERENCE_KNOBS, config.training, self.device)
-        self.compared = _compared_batch(workload, config, self.batch, compared_samples(config, self.reference.model))
+        self.compared = compared_batch(workload, config, self.batch, compared_samples(config, self.reference.model))
         self.kept, self.compared_growth = _reference_step(self.reference, config, self.device, self.compared, self.store)
         if self.references is not None:
             self.references.put(self.key, self.kept)
@@ -203,23 +211,6 @@ def _restore_buffers(model: torch.nn.Module, initial: dict[str, torch.Tensor]) -
         for name, buffer in model.named_buffers():
             if name in initial:
                 buffer.copy_(initial[name])
-
-
-def compared_samples(config: TrialConfig, model: torch.nn.Module) -> int:
-    """How many samples the compared step runs on: PROBE_SAMPLES, BATCH_STATISTICS_SAMPLES for a
-    model whose layers normalise over the batch, or the whole batch for a compiled model, which is
-    specialised to the shapes it trains on."""
-    batch_size = config.training.batch_size
-    if config.knobs.compile:
-        return batch_size
-    statistics = any(normalizes_over_the_batch(module) for module in model.modules())
-    return min(BATCH_STATISTICS_SAMPLES if statistics else PROBE_SAMPLES, batch_size)
-
-
-def _compared_batch(workload: Workload, config: TrialConfig, batch: Batch, samples: int) -> Batch:
-    if samples == config.training.batch_size:
-        return batch
-    return next(workload.train_batches(samples, config.seed))
 
 
 def _reference_step(
