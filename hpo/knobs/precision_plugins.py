@@ -51,6 +51,10 @@ class PrecisionPlugin:
     def optimizer_step(self, optimizer: torch.optim.Optimizer, found_inf: bool | None = None) -> None:
         optimizer.step()
 
+    def renewed(self) -> PrecisionPlugin:
+        """This plugin as a restart makes it again: the same precision, a fresh loss scale."""
+        return PrecisionPlugin()
+
 
 class MixedPrecision(PrecisionPlugin):
     """Autocast to `dtype` on `device_type`; with a `scaler`, the loss is scaled for backward and the
@@ -96,6 +100,10 @@ class MixedPrecision(PrecisionPlugin):
         self.scaler.update()
         self._unscaled.discard(id(optimizer))
 
+    def renewed(self) -> MixedPrecision:
+        scaler = torch.amp.GradScaler(self.device_type) if self.scaler is not None else None
+        return MixedPrecision(self.dtype, self.device_type, scaler)
+
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """The gradients in the loss's own units, once per optimizer between updates (GradScaler allows
         one unscale_ there; clipping may have done it)."""
@@ -123,7 +131,9 @@ class PrecisionHook(ModelHook):
         assembly.model = assembly.precision.convert_module(assembly.model)
 
     def restart(self, assembly: Assembly, value: str) -> None:
-        assembly.precision = precision_plugin(value, assembly.device.type)  # a new GradScaler
+        # Renewed, not made again from `value`: a rank's FSDP2 fp16 model runs its knobs at fp32 and
+        # its loss scaling is the sharded plugin wrapping put in (hpo.parallel.sharded_scaling).
+        assembly.precision = assembly.precision.renewed()  # a new GradScaler
 
     def around_forward(self, assembly: Assembly, value: str) -> contextlib.AbstractContextManager:
         return assembly.precision.forward_context()

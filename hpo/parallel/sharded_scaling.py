@@ -39,6 +39,9 @@ class ShardedLossScaling(MixedPrecision):
     def forward_context(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def renewed(self) -> ShardedLossScaling:
+        return ShardedLossScaling(self.device_type)
+
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=re.escape(DTENSOR_SCALAR_WARNING), category=UserWarning)
@@ -46,7 +49,8 @@ class ShardedLossScaling(MixedPrecision):
 
 
 def scale_sharded_loss(assembled: AssembledModel) -> None:
-    """Give the sharded model the sharded loss scaling (after its `restart`, which made a plain plugin)."""
+    """Give the sharded model the sharded loss scaling; a later `restart` renews it (a fresh sharded
+    scaler), as it renews a one-process trial's GradScaler."""
     assembled.precision = ShardedLossScaling(assembled.device.type)
     assembled.scaler = assembled.precision.scaler
 

@@ -101,12 +101,21 @@ def test_loss_scaling_check_leaves_other_trials_alone(strategy, precision):
 DTENSOR_WARNING = "Found a non-scalar tensor with numel=1 and ndim!=0"
 
 
+def _assembled_on_a_rank(config) -> AssembledModel:
+    """The trial's model as each of its ranks assembles it before wrapping: its knobs as the rank
+    applies them (under FSDP2 at fp32: the policy is the precision)."""
+    workload = create_workload(config.workload, config.workload_options)
+    workload.bind_training(config.training.params())
+    torch.manual_seed(config.seed)  # the initial weights every rank (and assembled_alone) builds
+    return AssembledModel(workload, knobs_on_rank(config.knobs, config.parallel), config.training, torch.device("cpu"))
+
+
 def _sharded_fp16_steps(config, steps: int) -> list[str]:
     """The warnings raised while this process, as the one rank of its group, runs `steps` FSDP2
     fp16 steps of `config`, wrapped as a trial's rank wraps its model; each unscale also raises a
     warning of its own, which must pass through."""
-    workload = create_workload(config.workload, config.workload_options)
-    assembled = AssembledModel(workload, knobs_on_rank(config.knobs, config.parallel), config.training, torch.device("cpu"))
+    assembled = _assembled_on_a_rank(config)
+    workload = assembled.workload
     wrap_assembled(assembled, config.parallel, config.knobs)
     unscale = assembled.scaler.unscale_
 
@@ -136,3 +145,17 @@ def test_fsdp_fp16_unscale_ignores_dtensors_scalar_warning_and_passes_others():
         seen = child.apply(_warnings_as_one_rank, (3,))
     assert not [message for message in seen if message.startswith(DTENSOR_WARNING)], seen
     assert seen.count("another warning inside unscale") == 3, seen
+
+
+def test_restart_after_sharded_loss_scaling_renews_the_sharded_scaler():
+    assembled = _assembled_on_a_rank(two_rank_config("fsdp", precision="fp16"))
+    scale_sharded_loss(assembled)  # as wrapping does, after fully_shard
+    first = assembled.scaler
+    assembled.restart()
+    check_loss_scaling(assembled, "fsdp", "fp16")  # the scaler is still the sharded one, and the plugin's
+    assert isinstance(assembled.scaler, ShardedGradScaler) and assembled.scaler is not first
+    # Still no autocast region, and the loss scaled by the fresh scaler's 2**16: the gradients of an
+    # fp32 model with the same initial weights, times 2**16 exactly.
+    reference = assembled_alone(two_rank_config("fsdp", precision="fp32"))
+    for scaled, plain in zip(_gradients(assembled), _gradients(reference), strict=True):
+        torch.testing.assert_close(scaled / 2.0**16, plain)
