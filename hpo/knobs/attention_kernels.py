@@ -27,7 +27,12 @@ _CAUSAL_MASKS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
-    """Boolean lower-triangular mask, built once per (lengths, device) and reused by every call."""
+    """Boolean lower-triangular mask, built once per (lengths, device) and reused by every eager call.
+    While Dynamo traces, it is built in the graph instead: filling the cache is a side effect
+    Dynamo cannot trace inside a checkpointed region (torch 2.13 "HOP: Unsafe side effect"), and
+    the model would fall back to eager; in the graph the mask costs one fused tril."""
+    if torch.compiler.is_compiling():
+        return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
     key = (q_len, k_len, device)
     mask = _CAUSAL_MASKS.get(key)
     if mask is None:

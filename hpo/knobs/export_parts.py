@@ -17,7 +17,7 @@ class LoopPart:
     contexts: list[str] = field(default_factory=list)  # context managers around the forward
     optimizer_flags: str = ""  # torch.optim.AdamW keyword arguments
     forward: str | None = None  # an expression of `model` that the loop calls instead of it
-    scaler: bool = False  # a GradScaler scales the loss
+    scaler: str | None = None  # the expression of the scaler that scales the loss (a GradScaler)
     loader: dict[str, Any] = field(default_factory=dict)  # torch DataLoader keyword arguments
 
 

@@ -51,6 +51,10 @@ class PrecisionPlugin:
     def optimizer_step(self, optimizer: torch.optim.Optimizer, found_inf: bool | None = None) -> None:
         optimizer.step()
 
+    def renewed(self) -> PrecisionPlugin:
+        """This plugin as a restart makes it again: the same precision, a fresh loss scale."""
+        return PrecisionPlugin()
+
 
 class MixedPrecision(PrecisionPlugin):
     """Autocast to `dtype` on `device_type`; with a `scaler`, the loss is scaled for backward and the
@@ -71,13 +75,13 @@ class MixedPrecision(PrecisionPlugin):
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def clip_gradients(self, module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
-        self._unscale(optimizer)  # max_norm is in the loss's own units, not the scaled ones
+        self.unscale_gradients(optimizer)  # max_norm is in the loss's own units, not the scaled ones
         super().clip_gradients(module, optimizer, max_norm)
 
     def found_inf(self, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
         if self.scaler is None:
             return None
-        self._unscale(optimizer)
+        self.unscale_gradients(optimizer)
         return sum(found_inf_per_device(self.scaler, optimizer).values())  # on the device: no sync
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, found_inf: bool | None = None) -> None:
@@ -88,7 +92,7 @@ class MixedPrecision(PrecisionPlugin):
         if self.scaler is None:
             optimizer.step()
             return
-        self._unscale(optimizer)
+        self.unscale_gradients(optimizer)
         if found_inf is None or unscales_in_its_step(optimizer):
             self.scaler.step(optimizer)
         elif not found_inf:
@@ -96,8 +100,13 @@ class MixedPrecision(PrecisionPlugin):
         self.scaler.update()
         self._unscaled.discard(id(optimizer))
 
-    def _unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        # GradScaler allows one unscale_ per optimizer between updates; clipping may have done it.
+    def renewed(self) -> MixedPrecision:
+        scaler = torch.amp.GradScaler(self.device_type) if self.scaler is not None else None
+        return MixedPrecision(self.dtype, self.device_type, scaler)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """The gradients in the loss's own units, once per optimizer between updates (GradScaler allows
+        one unscale_ there; clipping may have done it)."""
         if self.scaler is not None and id(optimizer) not in self._unscaled:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
@@ -122,7 +131,9 @@ class PrecisionHook(ModelHook):
         assembly.model = assembly.precision.convert_module(assembly.model)
 
     def restart(self, assembly: Assembly, value: str) -> None:
-        assembly.precision = precision_plugin(value, assembly.device.type)  # a new GradScaler
+        # Renewed, not made again from `value`: a rank's FSDP2 fp16 model runs its knobs at fp32 and
+        # its loss scaling is the sharded plugin wrapping put in (hpo.parallel.sharded_scaling).
+        assembly.precision = assembly.precision.renewed()  # a new GradScaler
 
     def around_forward(self, assembly: Assembly, value: str) -> contextlib.AbstractContextManager:
         return assembly.precision.forward_context()

@@ -7,6 +7,8 @@ before it steps, so every rank skips or steps together (its all-reduce shows on 
 from __future__ import annotations
 
 import contextlib
+import re
+import warnings
 
 import torch
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -17,7 +19,14 @@ from hpo.knobs.precision_plugins import MixedPrecision
 from hpo.knobs.registry import PRECISION_SPECS
 from hpo.verdicts import Kind, Verdict
 
-__all__ = ["ShardedLossScaling", "check_loss_scaling", "scale_sharded_loss"]
+__all__ = ["DTENSOR_SCALAR_WARNING", "ShardedLossScaling", "check_loss_scaling", "scale_sharded_loss"]
+
+# torch 2.13's ShardedGradScaler unscales DTensor gradients with its found_inf and inv_scale of
+# shape (1,); DTensor replicates each, as the scaler means, and warns on every unscale that the
+# caller should pass a scalar (torch/distributed/tensor/_dispatch.py,
+# `_try_replicate_spec_for_scalar_tensor`). The caller is torch's own scaler: nothing for a user to
+# change, so this one warning is ignored around hpo's unscale, and every other passes through.
+DTENSOR_SCALAR_WARNING = "Found a non-scalar tensor with numel=1 and ndim!=0"
 
 
 class ShardedLossScaling(MixedPrecision):
@@ -30,9 +39,18 @@ class ShardedLossScaling(MixedPrecision):
     def forward_context(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def renewed(self) -> ShardedLossScaling:
+        return ShardedLossScaling(self.device_type)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=re.escape(DTENSOR_SCALAR_WARNING), category=UserWarning)
+            super().unscale_gradients(optimizer)
+
 
 def scale_sharded_loss(assembled: AssembledModel) -> None:
-    """Give the sharded model the sharded loss scaling (after its `restart`, which made a plain plugin)."""
+    """Give the sharded model the sharded loss scaling; a later `restart` renews it (a fresh sharded
+    scaler), as it renews a one-process trial's GradScaler."""
     assembled.precision = ShardedLossScaling(assembled.device.type)
     assembled.scaler = assembled.precision.scaler
 

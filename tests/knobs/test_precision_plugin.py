@@ -89,3 +89,17 @@ def test_mixed_precision_without_a_scaler_steps_plainly():
 def test_an_unknown_precision_names_the_valid_ones():
     with pytest.raises(KeyError, match=r"precision must be one of \['fp32', 'bf16', 'fp16'\], got 'fp8'"):
         precision_plugin("fp8", CPU)
+
+
+@pytest.mark.parametrize("name,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_a_renewed_plugin_computes_as_before_with_a_fresh_scaler(name, dtype):
+    plugin = precision_plugin(name, CPU)
+    renewed = plugin.renewed()
+    layer = renewed.convert_module(_layer())
+    with renewed.forward_context():
+        assert layer(torch.randn(2, 8)).dtype == dtype
+    assert type(renewed) is type(plugin) and renewed.lightning == plugin.lightning
+    if name == "fp16":  # a GradScaler of its own: a restarted trial starts from the initial scale
+        assert type(renewed.scaler) is torch.amp.GradScaler and renewed.scaler is not plugin.scaler
+    else:
+        assert renewed.scaler is None

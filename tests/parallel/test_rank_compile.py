@@ -26,10 +26,9 @@ PARALLEL = two_rank_config().to_dict()["systems"]["parallel"]
 
 def compiled_config(strategy: str, workload: dict = QUICKSTART_MODEL, **systems):
     """A 2-rank compiled trial with aot_eager (Dynamo and AOTAutograd, no C++ build: seconds), on
-    SDPA: eager attention fills its causal-mask cache on the first call, a side effect Dynamo
-    cannot trace inside a checkpointed region, so that block would run eager (and be caught)."""
+    eager attention (its causal mask is built inside the graph while Dynamo traces)."""
     raw = two_rank_config(strategy, workload=workload).to_dict()
-    raw["systems"] |= {"compile": "default", "compile_backend": "aot_eager", "attention": "sdpa", **systems}
+    raw["systems"] |= {"compile": "default", "compile_backend": "aot_eager", **systems}
     return fixed_config(parse_space(raw, "compiled_config"))
 
 
@@ -82,6 +81,18 @@ def test_a_rank_that_compiled_nothing_in_training_is_a_mismatch():
     assert refused.value.verdict.kind.value == "mismatch"
     run_step(assembled, assembled.move(next(assembled.workload.train_batches(8, 0))), 0)
     assert checked_compile(assembled, rank=1)["train_graphs"] >= 1
+
+
+def test_fsdp_compile_runs_every_checkpointed_block_compiled_with_eager_attention():
+    config = compiled_config("fsdp", grad_checkpointing=True)
+    assembled = assembled_alone(config)
+    # Each block's forward compiled, as under FSDP2's hooks (unsharded here: one process).
+    assembled.forward_model = compile_wrapped(assembled.model, assembled, config.knobs, "fsdp")
+    run_step(assembled, assembled.move(next(assembled.workload.train_batches(8, 0))), 0)
+    assert checked_compile(assembled, rank=0)["checkpoint_regions"] >= 1
+    # The checkpointed forward counts only the runs outside a compiled graph: a block whose graph
+    # broke at its causal mask ran eager, once in forward and once recomputed in backward.
+    assert (assembled.recompute.forward_runs, assembled.recompute.backward_runs) == (0, 0)
 
 
 def test_fsdp_compile_of_a_workload_without_blocks_is_refused_before_training():

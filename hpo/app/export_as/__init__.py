@@ -45,7 +45,7 @@ def _python_export(trial: optuna.trial.FrozenTrial, w: Winner, output: Path | No
     if output is None:
         return snippet
     output.write_text(snippet)
-    return [output, *write_torchrun(trial, output)]
+    return [output, *write_torchrun(trial, w, output)]
 
 
 def _write_kwargs_folder(w: Winner, fmt: str, output: Path) -> list[Path]:

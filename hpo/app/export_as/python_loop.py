@@ -53,7 +53,7 @@ def _setup_lines(w: Winner, part: LoopPart) -> list[str]:
         *(f"    {line}" for line in part.setup),
         f"    optimizer = torch.optim.AdamW(model.parameters(), lr={w.lr!r}, weight_decay={w.weight_decay!r}{flags})",
         f"    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / {max(w.warmup_steps, 1)}))",
-        f"    scaler = torch.amp.GradScaler({w.device_type!r})" if part.scaler else "    scaler = None",
+        f"    scaler = {part.scaler or None}",
         f"    forward = {part.forward or 'model'}",
     ]
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import optuna
 
+from hpo.app.export_as.winner import Winner
+from hpo.knobs.registry import PRECISION_SPECS
 from hpo.records import RecordKey
 
 __all__ = ["torchrun_script", "write_torchrun"]
@@ -18,9 +20,9 @@ __all__ = ["torchrun_script", "write_torchrun"]
 SUFFIX = ".torchrun.sh"
 
 
-def write_torchrun(trial: optuna.trial.FrozenTrial, script: Path) -> list[Path]:
+def write_torchrun(trial: optuna.trial.FrozenTrial, w: Winner, script: Path) -> list[Path]:
     """The command file written beside `script`, as a list; empty when the trial ran as one process."""
-    text = torchrun_script(trial, script.name)
+    text = torchrun_script(trial, w, script.name)
     if text is None:
         return []
     path = script.with_name(script.stem + SUFFIX)
@@ -29,7 +31,7 @@ def write_torchrun(trial: optuna.trial.FrozenTrial, script: Path) -> list[Path]:
     return [path]
 
 
-def torchrun_script(trial: optuna.trial.FrozenTrial, script_name: str) -> str | None:
+def torchrun_script(trial: optuna.trial.FrozenTrial, w: Winner, script_name: str) -> str | None:
     """A shell script that runs `script_name` as the trial's ranks; None without `systems.parallel`."""
     attrs = trial.user_attrs
     config = attrs.get(RecordKey.CONFIG) or {}
@@ -38,19 +40,26 @@ def torchrun_script(trial: optuna.trial.FrozenTrial, script_name: str) -> str | 
         return None
     n = parallel["processes"]
     backend = _backend(parallel, on_cpu=str(attrs.get(RecordKey.DEVICE, "cpu")).startswith("cpu"))
-    batch = int(config["params"]["batch_size"])
     lines = [
         "#!/bin/sh",
         f"# hpo trial {trial.number} ran as {n} ranks of one torch.distributed group ({backend}); torchrun starts them.",
         f"# Before train(), each rank of {script_name} joins the group and wraps its model as the trial did:",
         f"#   torch.distributed.init_process_group({backend!r}, timeout=datetime.timedelta(seconds={parallel['collective_timeout_s']:g}))",
         *_wrap_lines(parallel, attrs.get(RecordKey.PARALLEL) or {}),
-        f"# and trains on rows [rank * {batch // n}, (rank + 1) * {batch // n}) of each global batch of {batch}",
-        "# (every rank draws the same global batch: seed its sampler alike).",
+        *_rows_lines(int(config["params"]["batch_size"]), n),
+        *_sharded_train_lines(w),
         f'exec torchrun --standalone --nnodes=1 --nproc_per_node={n} {shlex.quote(script_name)} "$@"',
         "",
     ]
     return "\n".join(lines)
+
+
+def _rows_lines(batch: int, n: int) -> list[str]:
+    """Which rows of each global batch a rank trains on, as the trial's ranks did."""
+    return [
+        f"# and trains on rows [rank * {batch // n}, (rank + 1) * {batch // n}) of each global batch of {batch}",
+        "# (every rank draws the same global batch: seed its sampler alike).",
+    ]
 
 
 def _backend(parallel: dict[str, Any], on_cpu: bool) -> str:
@@ -85,7 +94,17 @@ def _fsdp_lines(parallel: dict[str, Any], seen: dict[str, Any]) -> list[str]:
         f"gradients reduced in {reduced} (seen on the wire)",
     ]
     if params != "float32":  # hpo's FSDP2 ranks run no autocast: the policy casts
-        lines.append("#   the policy is the precision: train() without its autocast region")
+        lines.append("#   the policy is the precision: train() enters no autocast region")
+    return lines
+
+
+def _sharded_train_lines(w: Winner) -> list[str]:
+    """What train() itself does under FSDP2 as the trial's ranks did, which it cannot do alone."""
+    lines = []
+    if w.sharded and PRECISION_SPECS[w.knobs["precision"]].scaled:
+        lines.append("# train() scales the loss with ShardedGradScaler: every rank skips an overflowing step together")
+    if w.sharded and w.knobs["compile"]:
+        lines.append("# train() compiles each fully_shard-ed block's forward (the trial's ranks compiled no sharded root)")
     return lines
 
 

@@ -37,6 +37,12 @@ class Winner:
     seed: int
     device: str
     workload: dict[str, Any]
+    strategy: str | None = None  # `systems.parallel.strategy` of a trial that ran as ranks: ddp or fsdp
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the trial's ranks ran FSDP2 (its knobs then apply as `hpo.parallel.wrap` applies them)."""
+        return self.strategy == "fsdp"
 
     @property
     def on_cpu(self) -> bool:
@@ -65,16 +71,24 @@ def winner_of(trial: optuna.trial.FrozenTrial) -> Winner:
         number=trial.number,
         knobs=knobs,
         compile_backend=systems.get("compile_backend", "inductor"),
-        lr=float(params["lr"]),
-        batch_size=int(params["batch_size"]),
-        weight_decay=float(params.get("weight_decay", 0.0)),
-        warmup_steps=int(params.get("warmup_steps", 0)),
-        grad_clip=float(params.get("grad_clip", 1.0)),
+        **_hyperparameters(params),
         max_steps=int(attrs.get(RecordKey.STEPS_RUN) or config["workload"]["max_steps"]),
         seed=int(config.get("study", {}).get("seed", 0)),
         device=str(attrs.get(RecordKey.DEVICE, "cpu")),
         workload=dict(config.get("workload", {})),
+        strategy=(systems.get("parallel") or {}).get("strategy"),
     )
+
+
+def _hyperparameters(params: dict[str, Any]) -> dict[str, Any]:
+    """The trial's hyperparameters the exports write, with hpo's defaults where its config has none."""
+    return {
+        "lr": float(params["lr"]),
+        "batch_size": int(params["batch_size"]),
+        "weight_decay": float(params.get("weight_decay", 0.0)),
+        "warmup_steps": int(params.get("warmup_steps", 0)),
+        "grad_clip": float(params.get("grad_clip", 1.0)),
+    }
 
 
 def _refuse_unexportable(number: int, knobs: dict[str, Any], observed: dict, config: dict) -> None:

@@ -67,6 +67,8 @@ class Compile(Knob):
 
     def python_loop(self, w: Any) -> LoopPart:
         mode = w.knobs["compile"]
+        if mode and w.sharded:
+            return _per_block_loop_part(f"backend={w.compile_backend!r}, mode={mode!r}")
         return LoopPart(forward=f"torch.compile(model, backend={w.compile_backend!r}, mode={mode!r})" if mode else None)
 
     def hf(self, w: Any) -> HfPart:
@@ -85,6 +87,20 @@ class Compile(Knob):
                 f"# compile: Lightning has no flag; torch.compile(model, backend={w.compile_backend!r}, mode={mode!r}) before fit"
             ]
         )
+
+
+def _per_block_loop_part(arguments: str) -> LoopPart:
+    """compile as the trial's FSDP2 ranks ran it (`hpo.parallel.rank_compile`): each sharded block's
+    forward, not the sharded root, whose compile hands the backend no graph in torch 2.13."""
+    return LoopPart(
+        setup=[
+            "# compile under FSDP2: each fully_shard-ed block's forward, inside FSDP2's hooks, as torchtitan does;",
+            "# compiling the sharded root compiles nothing (torch 2.13); the embedding, head and loss run eager",
+            "from torch.distributed.fsdp import FSDPModule",
+            "for block in [m for m in model.modules() if isinstance(m, FSDPModule) and m is not model]:",
+            f"    block.forward = torch.compile(block.forward, {arguments})",
+        ]
+    )
 
 
 KNOB = Compile()

@@ -121,8 +121,11 @@ class Precision(Knob):
 
     def python_loop(self, w: Any) -> LoopPart:
         spec = PRECISION_SPECS[w.knobs["precision"]]
+        if w.sharded and spec.autocast:
+            return _sharded_loop_part(spec, w.device_type)
         autocast = f"torch.autocast({w.device_type!r}, dtype=torch.{spec.dtype})" if spec.autocast else None
-        return LoopPart(contexts=[autocast] if autocast else [], scaler=spec.scaled)
+        scaler = f"torch.amp.GradScaler({w.device_type!r})" if spec.scaled else None
+        return LoopPart(contexts=[autocast] if autocast else [], scaler=scaler)
 
     def hf(self, w: Any) -> HfPart:
         chosen = w.knobs["precision"]
@@ -131,6 +134,24 @@ class Precision(Knob):
 
     def lightning(self, w: Any) -> LightningPart:
         return LightningPart(trainer={"precision": PRECISION_SPECS[w.knobs["precision"]].lightning})
+
+
+def _sharded_loop_part(spec: PrecisionSpec, device_type: str) -> LoopPart:
+    """The precision as the trial's FSDP2 ranks ran it (`hpo.parallel.wrap`): the MixedPrecisionPolicy
+    casts the parameters, so forward enters no autocast region; fp16's loss is scaled by the sharded
+    scaler (`hpo.parallel.sharded_scaling`)."""
+    setup = [f"# precision {spec.name} under FSDP2: fully_shard's MixedPrecisionPolicy casts the parameters; no autocast region"]
+    if not spec.scaled:
+        return LoopPart(setup=setup)
+    return LoopPart(
+        setup=[
+            *setup,
+            "# ShardedGradScaler, as the trial's ranks scaled: each rank holds only its shard of the gradients,",
+            "# and the scaler all-reduces its inf flag over the group, so every rank skips an overflowing step together",
+            "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler",
+        ],
+        scaler=f"ShardedGradScaler(device={device_type!r})",
+    )
 
 
 KNOB = Precision()
