@@ -29,12 +29,16 @@ def two_rank_config(
     max_steps: int = 4,
     device: str = "cpu",
     workload: dict = QUICKSTART_MODEL,
+    params: dict | None = None,
+    study: dict | None = None,
     **parallel,
 ) -> TrialConfig:
-    """A trial of `workload` (by default the quickstart's tiny causal LM) as 2 ranks."""
+    """A trial of `workload` (by default the quickstart's tiny causal LM) as 2 ranks, at `params`
+    (by default batch 8, lr 1e-3) under `study`'s settings."""
     raw = {
+        "study": study or {},
         "workload": {**workload, "max_steps": max_steps},
-        "params": {"batch_size": 8, "lr": 1e-3},
+        "params": params or {"batch_size": 8, "lr": 1e-3},
         "systems": {
             "precision": precision,
             "attention": "eager",

@@ -4,6 +4,7 @@ GPUs are counted from CUDA_VISIBLE_DEVICES when it is set; the launch counts the
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -48,7 +49,7 @@ def check_parallel(spec: SpaceFile, params: dict[str, ParamSpec], where: Callabl
     if parallel is None:
         return
     _check_devices(parallel, spec.systems.device, where)
-    _check_not_yet(spec, params, where)
+    _check_not_yet(spec, where)
     _check_lightning_strategy(spec, where)
     if "batch_size" in params:
         _check_batch(parallel.processes, params["batch_size"], where("params.batch_size"))
@@ -83,14 +84,10 @@ def _check_gpu_count(n: int, visible: int, who: str, where_key: str) -> None:
         )
 
 
-def _check_not_yet(spec: SpaceFile, params: dict[str, ParamSpec], where: Callable[[str], str]) -> None:
+def _check_not_yet(spec: SpaceFile, where: Callable[[str], str]) -> None:
     """What hpo's parallel trials do not do yet: refused, never run as something else."""
     workload = spec.workload
-    unsupported = {
-        "workload.budget_s": workload.budget_s,
-        "workload.target": workload.target,
-        "params.batch_size": "auto" if isinstance(params.get("batch_size"), AutoBatch) else None,
-    }
+    unsupported = {"workload.budget_s": workload.budget_s, "workload.target": workload.target}
     for key, value in unsupported.items():
         if value is not None:
             raise UserInputError(
@@ -112,6 +109,9 @@ def _check_lightning_strategy(spec: SpaceFile, where: Callable[[str], str]) -> N
 
 def _check_batch(processes: int, batch: ParamSpec, path: str) -> None:
     """The batch is the global batch: every value must split evenly over the ranks."""
+    if isinstance(batch, AutoBatch):
+        _check_auto_batch(processes, batch, path)
+        return
     if isinstance(batch, Fixed | Choices):
         values = [batch.value] if isinstance(batch, Fixed) else list(batch.choices)
         uneven = [v for v in values if v % processes]
@@ -124,4 +124,16 @@ def _check_batch(processes: int, batch: ParamSpec, path: str) -> None:
         raise UserInputError(
             f"{path}: the global batch must divide over systems.parallel.processes {processes}, "
             f"got {uneven[0]}; use multiples of {processes} (a range: low and step multiples of it, not log)"
+        )
+
+
+def _check_auto_batch(processes: int, auto: AutoBatch, path: str) -> None:
+    """`batch_size: auto`'s `max` and `multiple_of` bound the global batch, which also splits over
+    the ranks: it is a multiple of lcm(multiple_of, processes), and `max` must allow one."""
+    smallest = math.lcm(auto.multiple_of, processes)
+    if auto.max < smallest:
+        raise UserInputError(
+            f"{path}: auto's max {auto.max} is below the smallest global batch that is a multiple of multiple_of "
+            f"{auto.multiple_of} and splits over systems.parallel.processes {processes}, {smallest}; "
+            f"raise max to {smallest} or more"
         )

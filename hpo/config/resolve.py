@@ -36,7 +36,8 @@ def build_config(
     """The config of one trial: `values` holds a value for every param of the space; `loader` and
     `parallel` (None: each setting's first value in the space) the input pipeline and the ranks."""
     spec = space.spec
-    auto, values = _auto_batch(values)
+    parallel = parallel if parallel is not None else first_parallel(space)
+    auto, values = _auto_batch(values, parallel.processes if parallel is not None else 1)
     return TrialConfig(
         workload=spec.workload.name,
         workload_options={**space.workload_options(), **{k: v for k, v in values.items() if k not in TRAINING_KEYS}},
@@ -51,15 +52,16 @@ def build_config(
         slow_ratio=spec.study.slow_ratio,
         memory_limit_gb=spec.study.memory_limit_gb,
         batch_auto=auto,
-        parallel=parallel if parallel is not None else first_parallel(space),
+        parallel=parallel,
     )
 
 
-def _auto_batch(values: dict[str, Any]) -> tuple[AutoBatch | None, dict[str, Any]]:
-    """`batch_size: auto` apart, if given, and the values with its `multiple_of` as the batch until
-    the trial chooses one."""
+def _auto_batch(values: dict[str, Any], processes: int) -> tuple[AutoBatch | None, dict[str, Any]]:
+    """`batch_size: auto` apart, if given, and the values with the smallest batch it may choose as
+    the batch until the trial chooses one: `multiple_of`, or over ranks the smallest global batch
+    that is a multiple of it and splits over them (their least common multiple)."""
     auto = values.get("batch_size") if isinstance(values.get("batch_size"), AutoBatch) else None
-    return auto, values if auto is None else {**values, "batch_size": auto.multiple_of}
+    return auto, values if auto is None else {**values, "batch_size": math.lcm(auto.multiple_of, processes)}
 
 
 def _training(spec, values: dict[str, Any]) -> TrainingConfig:

@@ -19,7 +19,13 @@ _TIMEOUT_WORDS = ("timed out", "timeout", "watchdog caught collective operation 
 
 
 def describe_error(exc: BaseException) -> dict:
-    """What a rank records in the store before it ends: a verdict kind and a one-line detail."""
+    """What a rank records in the store before it ends: a verdict kind and a one-line detail, and
+    its memory budget's record when it failed after it (`hpo.parallel.rank_budget.carried`)."""
+    memory = getattr(exc, "rank_memory", None)
+    return {**_described(exc), **({"memory": memory} if memory else {})}
+
+
+def _described(exc: BaseException) -> dict:
     text = " ".join(str(exc).split())[:400]
     if isinstance(exc, AgreedVerdict):  # reached by every rank alike: its detail names the rank
         verdict = exc.verdict

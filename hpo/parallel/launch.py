@@ -64,6 +64,9 @@ class RanksOutcome:
     # A verdict the ranks agreed on, as rank 0 recorded it: with the failing rank's traceback, rank
     # 0's observed knobs or the probe's seconds, where it has them.
     agreed: dict | None = None
+    # Each rank's memory budget (`hpo.parallel.rank_budget`) as its error carried it, by rank (None:
+    # a rank stopped before it wrote one), when a rank failed after its budget: what it predicted.
+    memory_per_rank: list[dict] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         """What the trial records about its ranks: rank 0's view plus every rank's peak memory,
@@ -150,7 +153,9 @@ def _run(
     seen.stopped = stopped
     seen = _read_store(store, seen)
     if seen.exits or seen.errors or seen.deadline_s is not None:
-        return RanksOutcome(classify(seen), last_steps=seen.progress, agreed=agreed_error(seen))
+        carried = [seen.errors.get(rank, {}).get("memory") for rank in range(seen.world)]
+        memory = carried if any(carried) else []
+        return RanksOutcome(classify(seen), last_steps=seen.progress, agreed=agreed_error(seen), memory_per_rank=memory)
     results = [json.loads(store.get(f"result/{r}")) for r in range(settings.processes)]
     verdict = disagreement(results) or contradiction(results, settings) or Verdict.make(Kind.OK)
     return RanksOutcome(verdict, results, seen.progress)

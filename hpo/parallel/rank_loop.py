@@ -18,6 +18,7 @@ from hpo.engine import AssembledModel, run_step
 from hpo.evidence.capture import capture_step
 from hpo.evidence.observe import observed_knobs
 from hpo.parallel.group import rank_device
+from hpo.parallel.rank_budget import budget_on_rank, carried
 from hpo.parallel.rank_compile import checked_compile
 from hpo.parallel.rank_probe import agreed_observation, probe_on_rank
 from hpo.parallel.step_evidence import RecordedStep, recorded_step
@@ -65,11 +66,14 @@ def train_on_rank(config: TrialConfig, rank: int = 0, world: int = 1, after_step
     workload = create_workload(config.workload, config.workload_options)
     workload.bind_training(config.training.params())
     probe = probe_on_rank(workload, config, rank, world, device)
-    assembled = _assembled(workload, config, settings, device, world)
-    steps = _train_steps(assembled, config, rank, world, after_step)
-    result = _result(assembled, settings, rank, world, _global_losses(steps.losses, world), steps)
-    # Every rank evaluates (FSDP2 gathers its parameters for it); their metrics are the same.
-    return {**result, "probe": probe, "metrics": assembled.evaluate(), "n_params": assembled.n_params}
+    assembled = _built(workload, config, settings, device, world)
+    config, memory = budget_on_rank(assembled, config, rank, world)  # before any training step, unwrapped
+    with carried(memory):
+        _wrapped(assembled, config, settings, world)
+        steps = _train_steps(assembled, config, rank, world, after_step)
+        result = _result(assembled, settings, rank, world, _global_losses(steps.losses, world), steps)
+        # Every rank evaluates (FSDP2 gathers its parameters for it); their metrics are the same.
+        return {**result, "probe": probe, "memory": memory, "metrics": assembled.evaluate(), "n_params": assembled.n_params}
 
 
 def _train_steps(assembled: AssembledModel, config: TrialConfig, rank: int, world: int, after_step: AfterStep | None) -> _Steps:
@@ -122,13 +126,25 @@ def _recorded_step(assembled: AssembledModel, strategy: str | None, batch: Batch
 def _assembled(
     workload: Workload, config: TrialConfig, settings: ParallelSettings, device: torch.device, world: int
 ) -> AssembledModel:
+    """The rank's model, built and wrapped by the strategy."""
+    assembled = _built(workload, config, settings, device, world)
+    _wrapped(assembled, config, settings, world)
+    return assembled
+
+
+def _built(
+    workload: Workload, config: TrialConfig, settings: ParallelSettings, device: torch.device, world: int
+) -> AssembledModel:
     torch.manual_seed(config.seed)  # the same initial weights on every rank (FSDP2 shards each rank's own)
     knobs = knobs_on_rank(config.knobs, settings) if world > 1 else config.knobs
     assembled = AssembledModel(workload, knobs, config.training, device)
     assembled.model.train()  # as hpo's one-process loop trains: a checkpoint may load in eval mode (transformers' does)
+    return assembled
+
+
+def _wrapped(assembled: AssembledModel, config: TrialConfig, settings: ParallelSettings, world: int) -> None:
     if world > 1:
         wrap_assembled(assembled, settings, config.knobs)
-    return assembled
 
 
 def _global_losses(losses: list[torch.Tensor], world: int) -> list[float]:

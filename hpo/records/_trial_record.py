@@ -50,7 +50,9 @@ class TrialRecord(Record):
         "rank trained on), `samples_per_s` over all ranks, `peak_memory_mb_per_rank`, `_max`, `wire` (a steady step's collectives: calls, "
         "elements per call, dtypes), `param_dtypes_seen`, `reduce_dtypes_seen` (on the wire), `collective_share_per_rank`, `compiled_per_rank` "
         "(each rank's `graphs`, `train_graphs`, `checkpoint_regions`), `last_steps`, `probe_s_per_rank` and `probe` (the probe on every rank, "
-        "what it does not cover), `knobs_not_observed` (why no step captured the knobs), `lightning` (a Lightning workload's Trainer on rank 0)",
+        "what it does not cover), `knobs_not_observed` (why no step captured the knobs), `lightning` (a Lightning workload's Trainer on rank 0); "
+        "under a memory limit each rank's fit before training: `predicted_peak_mb_per_rank`, `memory_model_per_rank`, with "
+        "`batch_size: auto` `confirmed_peak_mb_per_rank` (each confirming step's peak by a rank's batch; null: a rank stopped first)",
     )
     collective_share: float | None = Field(
         None,

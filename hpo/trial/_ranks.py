@@ -19,6 +19,7 @@ from hpo.records import RecordKey
 from hpo.trial._lightning_rank_train import PROBE_UNDER_LIGHTNING_RANKS, train_lightning_on_rank
 from hpo.trial._memory_limit import oom_part
 from hpo.trial._outcome import TrialOutcome, ended
+from hpo.trial._ranks_memory import check_auto_batch, ranks_memory_attrs, trained_config
 from hpo.trial._ranks_speed import ranks_speed_attrs
 from hpo.trial._speed_record import objective_values
 from hpo.trial._trainer import TrainResult
@@ -33,6 +34,7 @@ def check_ranks_can_run(config: TrialConfig) -> None:
     read, `hpo.config.parallel_checks`; the GPUs are counted here, with torch)."""
     processes = config.parallel.processes
     device = rank_device(config.device, 0)
+    check_auto_batch(config, trainer_of(config.workload), device)
     if device.type == "cuda" and torch.cuda.device_count() < processes:
         raise UserInputError(
             f"systems.parallel.processes: {processes} ranks need as many GPUs, this process sees "
@@ -52,8 +54,12 @@ def execute_ranks(config: TrialConfig, attrs: dict, deadline_s: float | None = N
     lightning = trainer_of(config.workload) == "lightning"
     outcome = run_ranks(config, deadline_s=deadline_s, train=train_lightning_on_rank if lightning else train_on_rank)
     attrs |= _ranks_attrs(outcome, lightning) | _probe_attrs(outcome) | {RecordKey.TRAINER: "lightning" if lightning else "hpo"}
+    memory, per_rank = ranks_memory_attrs(config, outcome)
+    attrs |= memory
+    attrs[RecordKey.PARALLEL] |= per_rank
     if not outcome.verdict.ok:
         return ended(_implicating(config, outcome.verdict), attrs)
+    config = trained_config(config, outcome)
     result = _train_result(config, outcome.ranks[0], attrs[RecordKey.PARALLEL]["peak_memory_mb_max"])
     attrs |= _trained_attrs(config, result)
     return TrialOutcome(Verdict(Kind.OK), objective_values(config, result, attrs), attrs)

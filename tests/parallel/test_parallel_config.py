@@ -94,6 +94,13 @@ def test_the_config_hash_sees_a_changed_learning_rate_and_names_it():
             {"budget_s": 6},
             "s.yaml: workload.budget_s: 6.0 is not supported with systems.parallel yet; remove it or run one process",
         ),
+        (
+            {"parallel": {"processes": 2}},
+            {"batch_size": {"auto": {"max": 4, "multiple_of": 3}}},
+            {},
+            "s.yaml: params.batch_size: auto's max 4 is below the smallest global batch that is a multiple of "
+            "multiple_of 3 and splits over systems.parallel.processes 2, 6; raise max to 6 or more",
+        ),
     ],
 )
 def test_hpo_validate_refuses_what_the_ranks_cannot_run_in_one_line(systems, params, workload, message):
@@ -102,6 +109,23 @@ def test_hpo_validate_refuses_what_the_ranks_cannot_run_in_one_line(systems, par
         parse_space(raw, "s.yaml")
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("processes", "multiple_of", "smallest"), [(2, 1, 2), (2, 3, 6), (2, 8, 8), (4, 6, 12)])
+def test_batch_size_auto_is_accepted_with_ranks_and_starts_at_the_smallest_global_batch_that_splits(
+    processes, multiple_of, smallest
+):
+    """`max` and `multiple_of` bound the global batch, which also splits over the ranks: until the
+    ranks choose, the trial's batch (the probe's) is the least common multiple of the two."""
+    raw = {
+        "study": {"memory_limit_gb": 2},
+        "workload": {"name": "causal_lm"},
+        "params": {"batch_size": {"auto": {"max": 64, "multiple_of": multiple_of}}},
+        "systems": {"device": "cpu", "parallel": {"processes": processes}},
+    }
+    config = fixed_config(parse_space(raw, "s.yaml"))
+    assert config.batch_auto is not None and config.batch_auto.max == 64
+    assert config.training.batch_size == smallest
 
 
 def test_more_ranks_than_visible_gpus_is_refused(monkeypatch):
