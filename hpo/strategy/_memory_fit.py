@@ -18,7 +18,8 @@ from hpo.config.trial import TrialConfig
 from hpo.engine import AssembledModel
 from hpo.hardware import is_out_of_memory, limit_bytes, seed_everything
 from hpo.logging import get_logger
-from hpo.trial import auto_batch_fitting, fitted_peaks
+from hpo.trial import fitted_peaks
+from hpo.verify.peaks import auto_batch_fitting
 from hpo.verify.stored import VerdictStore
 from hpo.workloads.base import Workload
 

@@ -5,7 +5,6 @@ from hpo.exports import lazy_exports
 __all__ = [
     "Phases",
     "TrialOutcome",
-    "auto_batch_fitting",
     "cached_verdict",
     "ended",
     "execute",
@@ -19,7 +18,6 @@ __getattr__, __dir__ = lazy_exports(
     {
         "Phases": "_phases",
         "TrialOutcome": "_outcome",
-        "auto_batch_fitting": "_memory_limit",
         "cached_verdict": "_outcome",
         "ended": "_outcome",
         "execute": "_executor",

@@ -13,9 +13,10 @@ from hpo.config.space import parse_space
 from hpo.hardware import GB, PeakModel
 from hpo.strategy import _memory_fit as sweep_memory
 from hpo.strategy import sweep, table
-from hpo.trial._memory_limit import AUTO_HEADROOM, auto_batch_fitting, memory_key
+from hpo.trial._memory_limit import AUTO_HEADROOM, memory_key
 from hpo.verify.fault import REFERENCE_KNOBS
 from hpo.verify.peaks import _peak_fit as peak_fit
+from hpo.verify.peaks import auto_batch_fitting
 from hpo.verify.stored import MemoryVerdicts
 
 MB = 2**20

@@ -6,11 +6,10 @@ An implausibly low slowdown is timed again side by side, and a faster reference 
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import judged_despite_noise, toy_config
+from conftest import toy_config
 
 from hpo.config.trial import Knobs
 from hpo.trial import execute
@@ -31,21 +30,32 @@ def _trained(knobs: Knobs) -> tuple[dict, MemoryVerdicts]:
     return outcome.attrs, verdicts.get(reference_key(config, CPU))
 
 
-@pytest.mark.usefixtures("one_torch_thread")
-def test_a_slowdown_far_under_one_is_timed_again_beside_the_reference():
+def _steady_side_by_side(monkeypatch, reference_ms: float, knobs_ms: float) -> None:
+    """The re-timing's steps, scripted: every reference step `reference_ms`, every knobs step
+    `knobs_ms`. Timed for real, on a 2-core host at a load of 12 five re-timings in a row were too
+    uneven to compare (the designed `None`, proven by a fault below); what is proven here is what
+    hpo does with a re-timing, so its times are given, not measured."""
+    from hpo.verify.timing import StepTimes
+    from hpo.verify.timing import _side_by_side as side_by_side
+
+    def scripted(assembled, batch, policy, stop_past_ms=None) -> StepTimes:
+        ms = reference_ms if assembled.knobs == REFERENCE_KNOBS else knobs_ms
+        return StepTimes((ms,), policy.warmup_steps, 1)
+
+    monkeypatch.setattr(side_by_side, "time_model", scripted)
+
+
+def test_a_slowdown_far_under_one_is_timed_again_beside_the_reference(monkeypatch):
     """foreach AdamW on the toy runs at about the reference's speed: against a stored reference of a
-    minute it would read 0.0001. Timed again side by side it reads near 1 (load moves it, a minute
-    does not), and the faster reference step is kept for later trials. On a busy host the re-timing
-    may itself be too uneven to compare (recorded as not judged, as the next test proves by a fault):
-    asked again then, as every timing test is (`judged_despite_noise`)."""
-    knobs = Knobs(precision="fp32", attention="eager", optimizer="foreach")
-    trained = judged_despite_noise(lambda: SimpleNamespace(**dict(zip(("attrs", "reference"), _trained(knobs)))))
-    attrs, reference = trained.attrs, trained.reference
+    minute it would read 0.0001. Timed again side by side (here 12 ms against 10 ms) it reads 1.2,
+    and the faster reference step is kept for later trials."""
+    _steady_side_by_side(monkeypatch, reference_ms=10.0, knobs_ms=12.0)
+    attrs, reference = _trained(Knobs(precision="fp32", attention="eager", optimizer="foreach"))
     again = attrs["slowdown_timed_again"]
-    assert again["stored_reference_ms"] == INFLATED_MS and again["slowdown_against_stored"] < 0.01, again
-    assert attrs["slowdown"] == pytest.approx(again["step_ms"] / again["reference_ms"])
-    assert attrs["slowdown"] > RETIME_BELOW / 10, again  # timed side by side, not against a minute
-    assert reference["step_ms"] == again["reference_ms"] < INFLATED_MS / 10, reference
+    assert again["stored_reference_ms"] == INFLATED_MS and again["slowdown_against_stored"] < RETIME_BELOW, again
+    assert (again["step_ms"], again["reference_ms"]) == (12.0, 10.0), again
+    assert attrs["slowdown"] == pytest.approx(1.2), again  # the side-by-side ratio, not against a minute
+    assert reference["step_ms"] == 10.0, reference
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -21,6 +21,7 @@ from hpo.verify.timing import DEFAULT_POLICY, SlowLimit, StepTimes
 from hpo.verify.timing import _side_by_side as side_by_side
 from hpo.verify.timing import _slow_proof as speed
 from hpo.verify.timing import _steady as steady
+from hpo.verify.timing._step_deadline import Outlasted
 from hpo.workloads.catalog import create_workload
 
 CPU = torch.device("cpu")
@@ -281,7 +282,8 @@ def test_hpo_probe_hands_the_proof_the_steps_it_timed_on_the_trial_model(monkeyp
 def _sleeping_sdpa(monkeypatch, seconds: float) -> list[int]:
     """Fault: SDPA sleeps `seconds` a call (the toy calls it once per block, two a step); the
     reference's eager attention does not. Returns, per timed or untimed step of the SDPA knobs,
-    how many SDPA calls it made: 1 for a step stopped after the first block, 2 for a whole one."""
+    how many SDPA calls it made, negative for a step stopped past its bound (-1: stopped after the
+    first block's call; 2: a whole step)."""
     calls: list[int] = []
     per_step: list[int] = []
     original = torch.nn.functional.scaled_dot_product_attention
@@ -293,12 +295,15 @@ def _sleeping_sdpa(monkeypatch, seconds: float) -> list[int]:
         return original(*args, **kwargs)
 
     def counted(assembled, batch, index):
-        before = len(calls)
+        before, sign = len(calls), 1
         try:
             step(assembled, batch, index)
+        except Outlasted:
+            sign = -1
+            raise
         finally:
             if assembled.knobs.attention == "sdpa":
-                per_step.append(len(calls) - before)
+                per_step.append(sign * (len(calls) - before))
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sleeping)
     monkeypatch.setattr(steady, "timed_step", counted)
@@ -316,18 +321,20 @@ LONGER = {"seq_len": 64, "d_model": 128}
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_knobs_steps_are_stopped_past_the_limit_and_the_verdict_says_at_least(monkeypatch):
-    """Fault: SDPA sleeps 1 s a call. Each step of the knobs stops at the first module after the
-    first block's attention (one call, not the step's two), since 1 s is past 1.5 x 5x the toy's
-    reference already: the untimed step and at least 6 rounds, one call each."""
+    """Fault: SDPA sleeps 1 s a call. Each step of the knobs is stopped at the first module past 1.5 x
+    5x the toy's reference: on a quiet host that is after the first block's call (1 s is past it
+    already), at a load of 12 it was after the second's (the reference's steps beside it had grown);
+    never a whole step. The untimed step and at least 6 rounds."""
     per_step = _sleeping_sdpa(monkeypatch, 1.0)
     config = toy_config(SDPA_KNOBS, **LONGER)
     workload = create_workload(config.workload, config.workload_options)
     limit = SlowLimit(reference_ms=REFERENCE_MS, ratio=5.0, batch_size=config.training.batch_size)
-    proof = judged_despite_noise(lambda: speed.prove_slow(workload, config, CPU, limit))
+    # An attempt too noisy to judge is asked again; the steps counted are the last attempt's.
+    proof = judged_despite_noise(lambda: per_step.clear() or speed.prove_slow(workload, config, CPU, limit))
     assert proof.verdict is not None, proof.not_judged
     assert dict(proof.verdict.implicates) == {"attention": "sdpa", "batch_size": 16}
     assert proof.verdict.detail.startswith("at least ") and "stopped there" in proof.verdict.detail, proof.verdict
-    assert len(per_step) >= 7 and set(per_step) == {1}, per_step
+    assert len(per_step) >= 7 and set(per_step) <= {-1, -2}, str(per_step)  # every step stopped, none whole
 
 
 @pytest.mark.usefixtures("one_torch_thread")
@@ -341,13 +348,17 @@ def test_a_probe_stops_a_slow_step_at_the_limit_and_records_its_time_as_a_lower_
     per_step = _sleeping_sdpa(monkeypatch, 1.0)
     config = dataclasses.replace(toy_config(SDPA_KNOBS, **LONGER), skip_slow=True)
     workload = create_workload(config.workload, config.workload_options)
-    result = judged_despite_noise(lambda: probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP))
+    # An attempt the proof cleared as too noisy times a whole step (the test below); asked again, the
+    # steps counted are the last attempt's.
+    result = judged_despite_noise(
+        lambda: per_step.clear() or probe.run_probe(workload, config, CPU, MemoryVerdicts(), policy=ONE_STEP)
+    )
     assert result.slow is not None and result.slow.detail.startswith("at least "), (result.slow, result.slow_not_judged)
     assert result.trial_step_stopped and result.trial_steps_ms == [] and result.trial_step_ms >= 300
     assert result.speed_record(config.training.batch_size)["trial_step_stopped"] is True
-    # The probe's untimed and timed steps and the proof's rounds each stop after the first block's
-    # call (the compared step, whole, is no timed step).
-    assert len(per_step) >= 7 and set(per_step) == {1}, per_step
+    # The probe's untimed and timed steps and the proof's rounds are each stopped (the compared step,
+    # whole, is no timed step).
+    assert len(per_step) >= 7 and set(per_step) <= {-1, -2}, str(per_step)  # every step stopped, none whole
 
 
 @pytest.mark.usefixtures("one_torch_thread")

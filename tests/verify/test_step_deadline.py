@@ -24,13 +24,14 @@ ONE_TIMED = TimingPolicy(warmup_steps=0, min_repeats=1, max_repeats=1, window=1)
 
 class _SleepsInBackward(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(SLEEP_S)
-        return grad
+        time.sleep(ctx.seconds)
+        return grad, None
 
 
 def _toy():
@@ -40,11 +41,20 @@ def _toy():
     return assembled, next(workload.train_batches(config.training.batch_size, config.seed))
 
 
-def _sleep_in(module: torch.nn.Module, phase: str) -> None:
+def _sleep_in(module: torch.nn.Module, phase: str, seconds: float = SLEEP_S) -> None:
     if phase == "forward":
-        module.register_forward_hook(lambda m, args, out: time.sleep(SLEEP_S))
+        module.register_forward_hook(lambda m, args, out: time.sleep(seconds))
     else:
-        module.register_forward_hook(lambda m, args, out: _SleepsInBackward.apply(out))
+        module.register_forward_hook(lambda m, args, out: _SleepsInBackward.apply(out, seconds))
+
+
+def _bound_and_sleep(assembled, batch) -> tuple[float, float]:
+    """A bound the toy's whole step stays under and a sleep far past it, scaled to this moment's
+    load: at a load of 12 on 2 cores the toy's forward alone outlasted a fixed 100 ms bound, and the
+    step was stopped before the fault's sleep began."""
+    whole = time_model(assembled, batch, TimingPolicy(warmup_steps=0, min_repeats=3, max_repeats=3))  # the cold one too
+    bound_ms = max(BOUND_MS, 4 * max(whole.times_ms))
+    return bound_ms, max(SLEEP_S, 3 * bound_ms / 1000)
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
@@ -53,14 +63,16 @@ def test_a_step_slow_in_either_phase_is_stopped_in_that_phase(phase):
     bound of the sleep + 300 ms failed beside other jobs): a forward stopped after the first
     block never reaches the last module; a backward stopped after it never updates a weight."""
     assembled, batch = _toy()
-    _sleep_in(assembled.model.blocks[0], phase)  # the first block: later modules and gradients check
+    bound_ms, sleep_s = _bound_and_sleep(assembled, batch)
+    assembled, batch = _toy()  # untouched by the steps that measured the bound
+    _sleep_in(assembled.model.blocks[0], phase, sleep_s)  # the first block: later modules and gradients check
     last = list(assembled.model.modules())[-1]
     reached: list[bool] = []
     last.register_forward_hook(lambda m, args, out: reached.append(True))
     before = [p.detach().clone() for p in assembled.model.parameters()]
-    timed = time_model(assembled, batch, ONE_TIMED, stop_past_ms=BOUND_MS)
+    timed = time_model(assembled, batch, ONE_TIMED, stop_past_ms=bound_ms)
     assert timed.times_ms == () and timed.outlasted_ms is not None, timed
-    assert timed.outlasted_ms >= SLEEP_S * 1000, timed  # past the bound: the sleep alone is 400 ms
+    assert timed.outlasted_ms >= sleep_s * 1000, (timed, bound_ms)  # stopped after the sleep, not before
     assert reached == ([] if phase == "forward" else [True]), reached
     assert all(torch.equal(p, b) for p, b in zip(assembled.model.parameters(), before))  # no update ran
     assert all(p.grad is None for p in assembled.model.parameters())  # a stopped backward leaves none
