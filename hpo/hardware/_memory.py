@@ -68,20 +68,21 @@ class MemoryMeter:
 
     def sample(self) -> None:
         if self.device.type != "cuda":
-            resident = resident_bytes()
+            resident, counts = _resident_and_counts()
             if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
                 # Freed memory the C heap keeps for the next step (`hpo.hardware.allocator`) is in the
                 # resident set, and no prediction can see it: training's steps leave it behind, by a
                 # different amount every run, where the peak model's steps start trimmed. Handed back
                 # before the trial is judged on what it holds.
                 release_freed_memory()
-                resident = resident_bytes()
+                resident, counts = _resident_and_counts()
             self.peak_bytes = max(self.peak_bytes, resident)
             if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
                 raise MemoryError(
                     f"resident set {resident / 2**30:.2f} GB > memory_limit_gb {_CPU_LIMIT_BYTES / 2**30:.2f} (hpo's CPU meter)"
                 )
-            follow_cap()
+            # The hard cap is set again from this read: the heap's freed address range is not the trial's.
+            follow_cap(counts)
 
     @property
     def peak_mb(self) -> float:
@@ -149,6 +150,16 @@ def resident_peak_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _resident_and_counts() -> tuple[int, list[int] | None]:
+    """The resident set, with statm's counts from the same read (None off Linux), which the hard cap
+    follows: one read of statm a step, not two."""
+    try:
+        counts = statm_bytes()
+    except (OSError, ValueError, IndexError):
+        return resident_bytes(), None
+    return counts[RESIDENT], counts
 
 
 def resident_bytes() -> int:

@@ -121,13 +121,14 @@ def capped_process(device: torch.device, limit_bytes: int | None) -> Iterator[in
         resource.setrlimit(which[0], (soft, hard))
 
 
-def follow_cap() -> int | None:
-    """Set the cap this process holds again from its memory now: what the limit leaves above the
-    resident set, over the count as it stands (which the heap's freed address range stays in, see
-    the module's doc). The cap set; None where none is held."""
+def follow_cap(counts: list[int] | None = None) -> int | None:
+    """Set the cap this process holds again from its memory now (`counts`: statm's, in bytes, just
+    read; read here when None): what the limit leaves above the resident set, over the count as it
+    stands (which the heap's freed address range stays in, see the module's doc). The cap set; None
+    where none is held."""
     if _held is None:
         return None
-    counts = statm_bytes()
+    counts = counts or statm_bytes()
     cap = cap_bytes(_held.limit_bytes, counts[_held.field], counts[RESIDENT], _held.stacks_bytes)
     cap = cap if _held.lowest is None else min(cap, _held.lowest)
     resource.setrlimit(_held.kind, (cap, _held.hard))
