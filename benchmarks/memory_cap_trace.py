@@ -47,7 +47,10 @@ def _reading() -> dict:
 
 
 def _instrument(reads: list[dict], fixed_cap: bool) -> None:
-    import hpo.hardware._memory as memory
+    from hpo.hardware import MemoryMeter
+
+    # The meter's module, whose own name for follow_cap --fixed-cap replaces (no face exports that name).
+    memory = sys.modules[MemoryMeter.__module__]
 
     sample = memory.MemoryMeter.sample
 
