@@ -2,9 +2,9 @@
 resident set, `VmData`, glibc's heap (`mallinfo2`) and the cap (`RLIMIT_DATA`) recorded at every
 read of hpo's meter (after each forward). `--fixed-cap` sets the cap once, when the trial starts,
 as hpo did before the cap followed the resident set (docs/memory.md, "The cap counted the heap's
-freed range").
+freed range"); `--cap-off` leaves the meter alone to hold the limit.
 
-    .venv/bin/python -m benchmarks.memory_cap_trace CONFIG.yaml [--fixed-cap] --out PATH.json
+    .venv/bin/python -m benchmarks.memory_cap_trace CONFIG.yaml [--fixed-cap | --cap-off] --out PATH.json
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def _reading() -> dict:
     return fields | _heap() | {"cap": None if soft == resource.RLIM_INFINITY else soft // MB}
 
 
-def _instrument(reads: list[dict], fixed_cap: bool) -> None:
-    from hpo.hardware import MemoryMeter
+def _instrument(reads: list[dict], fixed_cap: bool, cap_off: bool) -> None:
+    from hpo.hardware import MemoryMeter, capped_process
 
     # The meter's module, whose own name for follow_cap --fixed-cap replaces (no face exports that name).
     memory = sys.modules[MemoryMeter.__module__]
@@ -61,12 +61,15 @@ def _instrument(reads: list[dict], fixed_cap: bool) -> None:
     memory.MemoryMeter.sample = traced
     if fixed_cap:  # the meter's and the hand-backs' calls; capped_process still sets it once
         memory.follow_cap = lambda counts=None: None
+    if cap_off:  # the meter alone holds the limit: how far the resident set goes without the cap
+        sys.modules[capped_process.__module__].cap_bytes = lambda *args: 2**50
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path)
     parser.add_argument("--fixed-cap", action="store_true", help="set the cap once at the start, as before it followed")
+    parser.add_argument("--cap-off", action="store_true", help="no cap that binds: the meter alone holds the limit")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -74,14 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     from hpo.app.cli import main as hpo_main
 
     reads: list[dict] = []
-    _instrument(reads, args.fixed_cap)
+    _instrument(reads, args.fixed_cap, args.cap_off)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         hpo_main(["train", str(args.config), "--json"])
     trial = json.loads(printed.getvalue())
     attrs = trial.get("user_attrs", {})
     kept = ("predicted_peak_mb", "peak_mem_mb", "memory_limit_mb", "memory_model")
-    result = {"meta": run_meta(sys.argv), "cap": "fixed at the start" if args.fixed_cap else "follows the resident set"}
+    cap = "off (the meter alone)" if args.cap_off else "fixed at the start" if args.fixed_cap else "follows the resident set"
+    result = {"meta": run_meta(sys.argv), "cap": cap}
     result |= {"verdict": trial.get("verdict")} | {k: attrs.get(k) for k in kept} | {"meter_reads_mb": reads}
     args.out.write_text(json.dumps(result, indent=1))
     print(
