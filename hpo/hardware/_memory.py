@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import threading
 from collections.abc import Iterator
 
 import torch
 
 from hpo.hardware._allocator import release_freed_memory
+from hpo.hardware._memory_cap import follow_cap
+from hpo.hardware._statm import RESIDENT, statm_bytes
 
 __all__ = [
     "MemoryMeter",
@@ -67,19 +68,21 @@ class MemoryMeter:
 
     def sample(self) -> None:
         if self.device.type != "cuda":
-            resident = resident_bytes()
+            resident, counts = _resident_and_counts()
             if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
                 # Freed memory the C heap keeps for the next step (`hpo.hardware.allocator`) is in the
                 # resident set, and no prediction can see it: training's steps leave it behind, by a
                 # different amount every run, where the peak model's steps start trimmed. Handed back
                 # before the trial is judged on what it holds.
                 release_freed_memory()
-                resident = resident_bytes()
+                resident, counts = _resident_and_counts()
             self.peak_bytes = max(self.peak_bytes, resident)
             if _CPU_LIMIT_BYTES is not None and resident > _CPU_LIMIT_BYTES:
                 raise MemoryError(
                     f"resident set {resident / 2**30:.2f} GB > memory_limit_gb {_CPU_LIMIT_BYTES / 2**30:.2f} (hpo's CPU meter)"
                 )
+            # The hard cap is set again from this read: the heap's freed address range is not the trial's.
+            follow_cap(counts)
 
     @property
     def peak_mb(self) -> float:
@@ -149,28 +152,24 @@ def resident_peak_bytes() -> int | None:
     return None
 
 
-def resident_bytes() -> int:
-    """This process's resident set in bytes (on Linux; elsewhere its peak so far). Read after every
-    training forward, so from a file kept open: opening /proc/self/statm each time cost several
-    times a read from the open file, every step (docs/benchmarks/vs-bare.md)."""
+def _resident_and_counts() -> tuple[int, list[int] | None]:
+    """The resident set, with statm's counts from the same read (None off Linux), which the hard cap
+    follows: one read of statm a step, not two."""
     try:
-        return int(os.pread(_statm(), 128, 0).split()[1]) * _PAGE_BYTES
+        counts = statm_bytes()
+    except (OSError, ValueError, IndexError):
+        return resident_bytes(), None
+    return counts[RESIDENT], counts
+
+
+def resident_bytes() -> int:
+    """This process's resident set in bytes (on Linux; elsewhere its peak so far)."""
+    try:
+        return statm_bytes()[RESIDENT]
     except (OSError, ValueError, IndexError):  # not Linux: fall back to the process peak
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_statm_fd: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own /proc/self
-
-
-def _statm() -> int:
-    global _statm_fd
-    pid = os.getpid()
-    if _statm_fd is None or _statm_fd[0] != pid:
-        _statm_fd = (pid, os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
-    return _statm_fd[1]
 
 
 def free_memory(device: torch.device) -> None:
@@ -191,3 +190,4 @@ def hand_back_freed(device: torch.device) -> None:
         torch.cuda.empty_cache()
     else:
         release_freed_memory()
+        follow_cap()

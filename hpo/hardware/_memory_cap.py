@@ -12,10 +12,14 @@ space too (shared libraries, reserved but unused arenas): 625 MB after `import t
 data segment is 216 MB. Before 4.7 only `RLIMIT_AS` caps an mmap, so it is used there.
 
 What the cap counts: the trial may grow its private writable memory by what the limit leaves above
-its resident set when the cap is set (the interpreter, torch and the forkserver's warm-up are
-counted in both), plus CAP_MARGIN so that hpo's meter, whose message names the step, ends an
-ordinary overrun first. A cgroup v2 `memory.max` fails no allocation: a cgroup over it has its
-processes OOM-killed, which is what this cap exists to avoid (docs/memory.md).
+its resident set (the interpreter, torch and the forkserver's warm-up are counted in both), plus
+CAP_MARGIN so that hpo's meter, whose message names the step, ends an ordinary overrun first. The
+cap is set again at every meter read and hand-back (`follow_cap`): the C heap keeps the address
+range of a block it freed below one still held, and handing its pages back (`malloc_trim`) leaves
+that range in the count, so a cap fixed at the start counted freed memory as the trial's (a GPT
+predicted and measured under its limit failed at the cap with 461 MB of free heap in its count).
+A cgroup v2 `memory.max` fails no allocation: a cgroup over it has its processes OOM-killed, which
+is what this cap exists to avoid (docs/memory.md).
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import platform
 import re
 import resource
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
-from hpo.hardware._memory import resident_bytes
+from hpo.hardware._statm import DATA, RESIDENT, SIZE, statm_bytes
 from hpo.logging import get_logger
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "CAP_MARGIN_MIN_BYTES",
     "cap_bytes",
     "capped_process",
+    "follow_cap",
     "is_out_of_memory",
     "thread_stacks_bytes",
 ]
@@ -79,44 +85,64 @@ def thread_stacks_bytes() -> int:
     return (torch.get_num_threads() + torch.get_num_interop_threads()) * stack
 
 
+@dataclass(frozen=True)
+class _Cap:
+    """The cap this process holds: which rlimit, the statm field it counts, and what it is set from."""
+
+    kind: int
+    field: int
+    limit_bytes: int
+    stacks_bytes: int
+    lowest: int | None  # a limit already lower (the user's `ulimit -d`, or the hard one), which stays
+    hard: int
+
+
+_held: _Cap | None = None
+
+
 @contextlib.contextmanager
 def capped_process(device: torch.device, limit_bytes: int | None) -> Iterator[int | None]:
     """While inside, this process's allocations fail past `limit_bytes` (see the module's doc);
-    yields the cap in bytes, or None where none is set: no limit, a CUDA trial (the allocator's
-    own cap, `hpo.hardware.enforced_limit`) or a system without /proc. The soft limit is
-    restored afterwards, so that a worker running trials in its own process caps each alone."""
+    yields the cap in bytes as first set, or None where none is set: no limit, a CUDA trial (the
+    allocator's own cap, `hpo.hardware.enforced_limit`) or a system without /proc. The soft limit
+    is restored afterwards, so that a worker running trials in its own process caps each alone."""
+    global _held
     which = _rlimit()
     if limit_bytes is None or device.type == "cuda" or which is None:
         yield None
         return
-    limit_kind, status_field = which
-    cap = cap_bytes(limit_bytes, _status_bytes(status_field), resident_bytes(), thread_stacks_bytes())
-    soft, hard = resource.getrlimit(limit_kind)
-    # A limit already lower (the user's `ulimit -d`, or the hard one, which only root may raise) stays.
-    cap = min([cap, *(limit for limit in (soft, hard) if limit != resource.RLIM_INFINITY)])
-    resource.setrlimit(limit_kind, (cap, hard))
+    soft, hard = resource.getrlimit(which[0])
+    lowest = min((limit for limit in (soft, hard) if limit != resource.RLIM_INFINITY), default=None)
+    previous, _held = _held, _Cap(*which, limit_bytes, thread_stacks_bytes(), lowest, hard)
     try:
-        yield cap
+        yield follow_cap()
     finally:
-        resource.setrlimit(limit_kind, (soft, hard))
+        _held = previous
+        resource.setrlimit(which[0], (soft, hard))
 
 
-def _rlimit() -> tuple[int, str] | None:
-    """The rlimit that caps anonymous mmap on this kernel, with the /proc/self/status field it
-    counts; None off Linux, where no cap is set and hpo's meter alone holds the limit."""
+def follow_cap(counts: list[int] | None = None) -> int | None:
+    """Set the cap this process holds again from its memory now (`counts`: statm's, in bytes, just
+    read; read here when None): what the limit leaves above the resident set, over the count as it
+    stands (which the heap's freed address range stays in, see the module's doc). The cap set; None
+    where none is held."""
+    if _held is None:
+        return None
+    counts = counts or statm_bytes()
+    cap = cap_bytes(_held.limit_bytes, counts[_held.field], counts[RESIDENT], _held.stacks_bytes)
+    cap = cap if _held.lowest is None else min(cap, _held.lowest)
+    resource.setrlimit(_held.kind, (cap, _held.hard))
+    return cap
+
+
+def _rlimit() -> tuple[int, int] | None:
+    """The rlimit that caps anonymous mmap on this kernel, with the /proc/self/statm field that
+    counts it (DATA holds the main thread's stack too: a few MB more room); None off Linux, where
+    no cap is set and hpo's meter alone holds the limit."""
     if platform.system() != "Linux" or not os.path.exists("/proc/self/status"):
         _log.debug("no hard memory cap off Linux: hpo's meter alone holds study.memory_limit_gb")
         return None
     version = re.match(r"(\d+)\.(\d+)", platform.release())
     if version is None or (int(version[1]), int(version[2])) >= (4, 7):
-        return resource.RLIMIT_DATA, "VmData"
-    return resource.RLIMIT_AS, "VmSize"
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            if name == field:
-                return int(value.split()[0]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field} line: cannot set the memory cap")
+        return resource.RLIMIT_DATA, DATA
+    return resource.RLIMIT_AS, SIZE
