@@ -35,8 +35,8 @@ __all__ = ["PROBE_UNDER_RANKS", "agreed_observation", "probe_on_rank"]
 PROBE_UNDER_RANKS = (
     "each rank ran the one-process probe on its own device at its own batch, before the strategy wrapped its "
     "model: the compared step ran the knobs without DDP or FSDP2 (under FSDP2 the precision as autocast, not "
-    "the MixedPrecisionPolicy the ranks train with); it timed nothing, the reference's step neither (slow is not "
-    "judged under ranks), and its verdict is not cached"
+    "the MixedPrecisionPolicy the ranks train with); it timed nothing, the reference's step neither (slow is judged "
+    "under ranks only from this machine's stored fact that its CPU emulates the precision), and its verdict is not cached"
 )
 
 

@@ -36,7 +36,8 @@ PROBE_UNDER_LIGHTNING_RANKS = (
     "the compared step ran the module's training_step through hpo's own step (hpo's autocast and GradScaler, hpo's "
     "AdamW of the knob's implementation), as a one-process Lightning trial's probe does, not through the Trainer's "
     "precision plugin, the module's configure_optimizers or DDPStrategy; it timed nothing, the reference's step "
-    "neither (slow is not judged under ranks), and its verdict is not cached"
+    "neither (slow is judged under ranks only from this machine's stored fact that its CPU emulates the precision), "
+    "and its verdict is not cached"
 )
 
 

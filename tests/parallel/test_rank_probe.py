@@ -96,7 +96,7 @@ def test_a_rank_s_probe_times_no_step_not_even_the_reference_s(monkeypatch):
     workload.bind_training(config.training.params())
     record = rank_probe.probe_on_rank(workload, config, rank=0, world=1, device=torch.device("cpu"))
     assert record["kind"] == "ok" and record["loss_rel_err"] is not None  # the compared steps ran
-    assert timed == []  # slow is not judged under ranks: nothing to time the reference for
+    assert timed == []  # no step's speed is judged under ranks: nothing to time the reference for
     probe_module.run_probe(workload, config, torch.device("cpu"), timed=False)  # a one-process trial's probe
     assert timed == [8]
     with pytest.raises(ValueError, match="timed needs time_reference"):
