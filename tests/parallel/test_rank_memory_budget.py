@@ -81,9 +81,13 @@ def test_batch_size_auto_under_ranks_trains_at_the_largest_batch_every_rank_fits
         assert parallel["predicted_peak_mb_per_rank"][rank] <= budget_mb
         assert confirmed[rank][str(per_rank)] <= budget_mb  # its confirming step at the chosen batch
         assert 0 < parallel["peak_memory_mb_per_rank"][rank] <= LIMIT_GB * 1024  # training held to the limit
-    # The largest: one more step of a rank's batch (multiple_of over 2 ranks) is predicted over on a rank.
-    models, step = parallel["memory_model_per_rank"], MULTIPLE_OF // 2
-    assert any(m["fixed_mb"] + m["per_sample_mb"] * (per_rank + step) > budget_mb for m in models), (models, per_rank)
+    # The largest: one more step of a rank's batch (multiple_of over 2 ranks) is predicted over on a
+    # rank, or its confirming step went over on a rank (in CI a refitted model still predicted 544 of
+    # 1459 MB to fit where its confirming step had measured more).
+    models, bigger = parallel["memory_model_per_rank"], str(per_rank + MULTIPLE_OF // 2)
+    predicted_over = any(m["fixed_mb"] + m["per_sample_mb"] * int(bigger) > budget_mb for m in models)
+    confirmed_over = any(bigger in c and (c[bigger] is None or c[bigger] > budget_mb) for c in (confirmed[0], confirmed[1]))
+    assert predicted_over or confirmed_over, (models, confirmed, per_rank)
 
 
 @pytest.mark.parametrize(
