@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
 import torch
 from optuna.trial import TrialState, create_trial
 
@@ -38,13 +37,6 @@ def _config(limit_gb: float | None) -> TrialConfig:
     )
 
 
-# Seen twice on 2026-12-06 in .ci/run's torch 2.14.1 layer (CUDA build on a CPU host), never alone
-# (3 of 3 passed) nor on torch 2.13 (the suite runs it on every CI): the trial chose batch 8, the
-# smallest, where the limit sits near batch 100. Cause not found yet; the capability stays guarded
-# on torch 2.13. Not strict: a pass on 2.14 is fine.
-@pytest.mark.xfail(
-    torch.__version__ >= "2.14", reason="chose batch 8 in .ci/run's torch 2.14.1 layer (cause open, see above)", strict=False
-)
 def test_auto_trains_at_the_largest_batch_predicted_to_fit_and_exports_it(tmp_path):
     config = _config(None)
     workload = create_workload(config.workload, config.workload_options)
