@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing.connection
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +28,7 @@ from hpo.parallel.faults import RankExits, agreed_error, classify, describe_erro
 from hpo.parallel.group import connect_store, die_with_parent, joined_group, quiet_threads, rank_device
 from hpo.parallel.rank_loop import AfterStep, train_on_rank
 from hpo.parallel.rank_memory import rank_memory_limit
+from hpo.parallel.rank_processes import stop_ranks, watch_ranks
 from hpo.verdicts import Kind, Verdict
 
 __all__ = ["RankTrain", "RanksOutcome", "run_ranks"]
@@ -40,7 +39,6 @@ __all__ = ["RankTrain", "RanksOutcome", "run_ranks"]
 RankTrain = Callable[[TrialConfig, int, int, AfterStep | None], dict]
 
 HOST = "127.0.0.1"
-_STOP_GRACE_S = 5.0  # a rank stopped with SIGTERM gets this long before SIGKILL
 
 
 # What the trial records of rank 0's result as it is (every rank saw the same, or the trial failed).
@@ -147,9 +145,9 @@ def _run(
         start_method="spawn",
     )
     try:
-        seen = _watch(context.processes, deadline_s, settings.collective_timeout_s)
+        seen = watch_ranks(context.processes, deadline_s, settings.collective_timeout_s)
     finally:  # also on Ctrl-C or an error here: no rank outlives its launcher
-        stopped = _stop(context.processes)
+        stopped = stop_ranks(context.processes)
     seen.stopped = stopped
     seen = _read_store(store, seen)
     if seen.exits or seen.errors or seen.deadline_s is not None:
@@ -199,37 +197,6 @@ def _reporting(store: dist.Store, after_step: AfterStep | None) -> AfterStep:
             after_step(rank, step)
 
     return reported
-
-
-def _watch(processes: list, deadline_s: float | None, collective_timeout_s: float) -> RankExits:
-    """Wait until every rank ended well, one failed, or the deadline passed; the exit codes are
-    those of the ranks that had ended by then, before any was stopped here."""
-    sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
-    end = None if deadline_s is None else time.monotonic() + deadline_s
-    while True:
-        left = None if end is None else max(0.0, end - time.monotonic())
-        multiprocessing.connection.wait(list(sentinels), timeout=left)
-        exits = {rank: p.exitcode for rank, p in enumerate(processes) if p.exitcode is not None}
-        failed = {rank: code for rank, code in exits.items() if code != 0}
-        if failed or len(exits) == len(processes):
-            return RankExits(len(processes), collective_timeout_s, exits=failed)
-        if end is not None and time.monotonic() >= end:
-            return RankExits(len(processes), collective_timeout_s, deadline_s=deadline_s)
-
-
-def _stop(processes: list) -> list[int]:
-    """Every rank's process ended and joined: SIGTERM, a grace period, then SIGKILL. Returns the
-    ranks that were still running."""
-    running = [rank for rank, process in enumerate(processes) if process.is_alive()]
-    for rank in running:
-        processes[rank].terminate()
-    end = time.monotonic() + _STOP_GRACE_S
-    for process in processes:
-        process.join(max(0.0, end - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
-    return running
 
 
 def _read_store(store: dist.TCPStore, seen: RankExits) -> RankExits:
